@@ -1,0 +1,46 @@
+# Stampede — `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Machines without an NVIDIA driver get the CPU build of torch (constraints/cpu.txt); a GPU
+# machine gets pip's default (CUDA) build. Override with `make install TORCH_CONSTRAINT=`.
+TORCH_CONSTRAINT ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,-c constraints/cpu.txt)
+ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-slow test-all lint format train bench clean
+
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-10s\033[0m %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml constraints/cpu.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet $(TORCH_CONSTRAINT) -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed ## Create .venv (if missing) and install Stampede with its dev tools
+
+test: install ## Run the test suite (slow tests excluded)
+	$(PY) -m pytest $(ARGS)
+
+test-slow: install ## Run only the slow tests (learning to threshold, soak)
+	$(PY) -m pytest -m slow $(ARGS)
+
+lint: install ## ruff (lint + format check) and mypy on src/stampede
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: install ## Format and auto-fix with ruff
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+train: install ## Train the default agent (Pong, shallow net); extra overrides via ARGS="..."
+	$(PY) run.py $(ARGS)
+
+bench: install ## Throughput benchmark: full loop vs env-only and learner-only ceilings
+	$(PY) benchmarks/throughput.py $(ARGS)
+
+clean: ## Remove caches (keeps .venv, runs/ and multirun/)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

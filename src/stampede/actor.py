@@ -1,0 +1,173 @@
+"""The rollout loop of one actor process (IMPALA, Espeholt et al. 2018, section 3).
+
+An actor steps a vector of environments as one batch and runs batched inference for the whole
+vector with the policy the learner publishes (shared CPU memory, or CUDA tensors shared through
+IPC on a GPU: no per-step copy through pickling). It fills one free rollout slot with
+``unroll_length + 1`` steps (see ``stampede.buffers``), stamps it with the policy version it
+started from, and hands the slot index to the learner.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from stampede.buffers import RolloutBuffers
+from stampede.envs import make_vec_env
+from stampede.models import ActorCritic, select_action
+
+
+@dataclass(frozen=True)
+class ActorSetup:
+    """Everything an actor process needs, picklable for the ``spawn`` start method."""
+
+    actor_id: int
+    generation: int  # bumps on every (re)start so seeds never repeat
+    seed: int
+    num_envs: int
+    unroll_length: int
+    reward_clip: float
+    env_kwargs: dict[str, Any]
+    device: str
+    threads: int
+
+    def seeds(self) -> tuple[int, int]:
+        """(environment seed, torch seed) from the run seed, the actor id and the generation."""
+        env_seed, torch_seed = np.random.SeedSequence(
+            self.seed, spawn_key=(self.actor_id, self.generation)
+        ).generate_state(2)
+        return int(env_seed), int(torch_seed)
+
+
+def clip_reward(reward: Tensor, clip: float) -> Tensor:
+    """Rewards clipped to [-clip, clip] as in the paper; ``clip == 0`` leaves them unchanged."""
+    return reward.clamp(-clip, clip) if clip > 0 else reward
+
+
+class _Step:
+    """The environment side of the current step x_t, as torch tensors of shape [E, ...]."""
+
+    def __init__(self, obs: np.ndarray, num_envs: int) -> None:
+        self.obs = torch.from_numpy(obs)
+        self.reward = torch.zeros(num_envs)
+        self.done = torch.ones(num_envs, dtype=torch.bool)  # x_0 starts an episode
+        self.last_action = torch.zeros(num_envs, dtype=torch.int64)
+        self.episode_return = torch.full((num_envs,), float("nan"))
+        self.episode_length = torch.zeros(num_envs, dtype=torch.int64)
+
+
+def _write(slot: dict[str, Tensor], t: int, step: _Step, action: Tensor, logits: Tensor) -> None:
+    slot["obs"][t].copy_(step.obs)
+    slot["reward"][t].copy_(step.reward)
+    slot["done"][t].copy_(step.done)
+    slot["last_action"][t].copy_(step.last_action)
+    slot["episode_return"][t].copy_(step.episode_return)
+    slot["episode_length"][t].copy_(step.episode_length)
+    slot["action"][t].copy_(action)
+    slot["logits"][t].copy_(logits)
+
+
+def run_actor(
+    setup: ActorSetup,
+    model: ActorCritic,
+    buffers: RolloutBuffers,
+    free_queue: Any,
+    full_queue: Any,
+    version: Any,
+    stop: Any,
+    errors: Any,
+) -> None:
+    """Process entry point: report any exception with its traceback, then exit non-zero."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner owns Ctrl-C and shuts us down
+    try:
+        _rollouts(setup, model, buffers, free_queue, full_queue, version, stop)
+    except BaseException:
+        errors.put((setup.actor_id, traceback.format_exc()))
+        raise SystemExit(1) from None
+
+
+def _rollouts(
+    setup: ActorSetup,
+    model: ActorCritic,
+    buffers: RolloutBuffers,
+    free_queue: Any,
+    full_queue: Any,
+    version: Any,
+    stop: Any,
+) -> None:
+    torch.set_num_threads(setup.threads)
+    env_seed, torch_seed = setup.seeds()
+    torch.manual_seed(torch_seed)
+    device = torch.device(setup.device)
+    E, T = setup.num_envs, setup.unroll_length
+    env = make_vec_env(num_envs=E, seed=env_seed, **setup.env_kwargs)
+    try:
+        step = _Step(env.reset(seed=env_seed), E)
+        policy = _policy(model, device, setup.reward_clip)
+        state = model.initial_state(E, device)
+        state_before, (action, logits, state) = state, policy(step, state)
+        parent = os.getppid()
+        while True:
+            index = _next_free(free_queue, stop, parent)
+            if index is None:
+                return
+            slot = buffers.slot(index)
+            slot["policy_version"].fill_(version.value)
+            for i, tensor in enumerate(state_before):
+                slot[f"core_state_{i}"].copy_(tensor)
+            for t in range(T + 1):
+                _write(slot, t, step, action, logits)
+                if t == T:  # x_T's action is taken as step 0 of the next rollout
+                    break
+                result = env.step(action.numpy())
+                step.obs = torch.from_numpy(result.obs)
+                step.reward = torch.from_numpy(result.reward)
+                step.done = torch.from_numpy(result.done)
+                step.last_action = action
+                step.episode_return = torch.from_numpy(result.episode_return)
+                step.episode_length = torch.from_numpy(result.episode_length)
+                state_before, (action, logits, state) = state, policy(step, state)
+            full_queue.put(index)
+    finally:
+        env.close()
+
+
+def _next_free(free_queue: Any, stop: Any, parent: int) -> int | None:
+    """The next free slot, or None when the run stops or the runner died (even by kill -9)."""
+    while not stop.is_set():
+        try:
+            return free_queue.get(timeout=1.0)  # None is the shutdown sentinel
+        except queue.Empty:
+            if os.getppid() != parent:
+                return None
+    return None
+
+
+def _policy(
+    model: ActorCritic, device: torch.device, reward_clip: float
+) -> Callable[[_Step, tuple[Tensor, ...]], tuple[Tensor, Tensor, tuple[Tensor, ...]]]:
+    """Batched inference for the whole vector: x_t -> (a_t, logits_t, next core state), on CPU."""
+
+    @torch.inference_mode()
+    def act(step: _Step, state: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+        # [E, ...] -> [1, E, ...]: a time axis of length one
+        out = model(
+            step.obs.to(device)[None],
+            step.last_action.to(device)[None],
+            clip_reward(step.reward, reward_clip).to(device)[None],
+            step.done.to(device)[None],
+            state,
+        )
+        action = select_action(out.policy_logits)[0]  # [1, E] -> [E]
+        return action.cpu(), out.policy_logits[0].cpu(), out.core_state
+
+    return act

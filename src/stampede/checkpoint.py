@@ -1,0 +1,140 @@
+"""Checkpoints: atomic writes, newest-first discovery, and safe loading.
+
+A checkpoint is one ``torch.save`` file of plain data (tensors, numbers, strings, dicts, lists), so
+it loads with ``torch.load(weights_only=True)``: a checkpoint file cannot run code. It is written to
+a temporary file in the same directory, flushed to disk, then renamed over its final name, so a
+crash mid-write never leaves a broken checkpoint under a real name. A SHA-256 of the file sits
+beside it (``.sha256``) and is verified on load; if the newest checkpoint is unreadable, the
+previous one is used and the reason is logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_DIR = "checkpoints"
+_NAME = re.compile(r"^ckpt_(\d{12})\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be read, or does not fit the run it is loaded into."""
+
+
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    """Call ``write(file)`` on a temporary file, fsync it, and rename it to ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint files in ``directory``, newest (most frames) first."""
+    if not directory.is_dir():
+        return []
+    found = [p for p in directory.iterdir() if _NAME.match(p.name)]
+    return sorted(found, key=lambda p: p.name, reverse=True)
+
+
+def save(directory: Path, frames: int, state: dict[str, Any], keep: int) -> Path:
+    """Write ``state`` as ``ckpt_<frames>.pt`` atomically, with its checksum; keep ``keep``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"ckpt_{frames:012d}.pt"
+    _write_atomic(path, lambda f: torch.save(state, f))
+    digest = _digest(path)
+    _write_atomic(
+        path.with_suffix(".sha256"), lambda f: f.write(f"{digest}  {path.name}\n".encode())
+    )
+    for old in list_checkpoints(directory)[keep:]:
+        old.unlink(missing_ok=True)
+        old.with_suffix(".sha256").unlink(missing_ok=True)
+    return path
+
+
+def load_file(path: Path) -> dict[str, Any]:
+    """Load one checkpoint file after verifying its checksum; raise CheckpointError if it is bad."""
+    sidecar = path.with_suffix(".sha256")
+    if not sidecar.exists():
+        raise CheckpointError(f"{path}: no checksum file {sidecar.name} beside it")
+    expected = sidecar.read_text().split()[0] if sidecar.read_text().strip() else ""
+    if _digest(path) != expected:
+        raise CheckpointError(f"{path}: checksum mismatch (file is corrupt or was changed)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(
+            f"{path}: cannot be loaded safely ({type(error).__name__}: "
+            f"{str(error).splitlines()[0]})"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a Stampede checkpoint (top level is not a dict)")
+    return state
+
+
+def load_latest(directory: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest readable checkpoint in ``directory``, falling back to older ones; None if none.
+
+    Unreadable files are reported and left untouched. If checkpoints exist but none is readable,
+    raise CheckpointError rather than silently starting from scratch.
+    """
+    candidates = list_checkpoints(directory)
+    errors = []
+    for path in candidates:
+        try:
+            return path, load_file(path)
+        except CheckpointError as error:
+            errors.append(str(error))
+            log.warning("skipping unreadable checkpoint: %s; trying the previous one", error)
+    if errors:
+        raise CheckpointError(
+            "no readable checkpoint in " + str(directory) + ": " + "; ".join(errors)
+        )
+    return None
+
+
+def resolve(target: str | Path) -> Path:
+    """A checkpoint file from a path that is a file, a checkpoints/ directory or a run directory."""
+    path = Path(target)
+    if path.is_file():
+        return path
+    for directory in (path / CHECKPOINT_DIR, path):
+        found = list_checkpoints(directory)
+        if found:
+            return found[0]
+    raise CheckpointError(
+        f"checkpoint={str(target)!r}: no checkpoint file found there "
+        f"(expected a ckpt_*.pt file, a run directory or its {CHECKPOINT_DIR}/)"
+    )

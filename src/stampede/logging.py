@@ -1,0 +1,249 @@
+"""Metrics to every sink under the same names: terminal, ``metrics.jsonl`` and Weights & Biases.
+
+Names are namespaced (``env/episode_return``, ``perf/fps``, ``loss/pg``, ...; see the README).
+``metrics.jsonl`` is appended to and flushed at every line, so a resumed run keeps its history and
+a ``kill -9`` loses at most the line being written. W&B runs offline unless asked otherwise and
+needs no API key then; the W&B run id is stored in the run directory so a resumed run continues
+the same W&B run, with ``env/frames`` as its x-axis.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+log = logging.getLogger("stampede")
+
+METRICS_FILE = "metrics.jsonl"
+EPISODES_FILE = "episodes.jsonl"
+WANDB_ID_FILE = "wandb_id.txt"
+
+
+def _clean(metrics: Mapping[str, Any]) -> dict[str, float | int]:
+    """JSON-safe numbers: non-finite values become None-free omissions."""
+    out: dict[str, float | int] = {}
+    for key, value in metrics.items():
+        number = float(value)
+        if math.isfinite(number):
+            out[key] = int(value) if isinstance(value, int) else number
+    return out
+
+
+class JsonlSink:
+    def __init__(self, path: Path) -> None:
+        self.file = path.open("a", buffering=1)  # line-buffered append: history is never rewritten
+
+    def write(self, metrics: Mapping[str, float | int]) -> None:
+        self.file.write(json.dumps(metrics) + "\n")
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class WandbSink:
+    """One W&B run per run directory, resumed under the same id after a restart."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        mode: str,
+        project: str,
+        entity: str | None,
+        group: str | None,
+        tags: list[str],
+        name: str,
+        config: dict[str, Any],
+    ) -> None:
+        import wandb
+
+        if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
+            raise RuntimeError(
+                "logger.wandb.mode=online needs a W&B API key (WANDB_API_KEY or "
+                "`wandb login`); use logger.wandb.mode=offline and `wandb sync` later"
+            )
+        id_file = run_dir / WANDB_ID_FILE
+        if id_file.exists():
+            run_id = id_file.read_text().strip()
+        else:
+            run_id = uuid.uuid4().hex[:12]
+            id_file.write_text(run_id + "\n")
+        settings = wandb.Settings(
+            console="off", x_disable_stats=True, silent=True, disable_git=True, save_code=False
+        )
+        self.run = wandb.init(
+            project=project,
+            entity=entity,
+            group=group,
+            tags=tags,
+            name=name,
+            config=config,
+            dir=str(run_dir),
+            id=run_id,
+            resume="allow",
+            mode=mode,  # type: ignore[arg-type]
+            settings=settings,
+        )
+        self.run.define_metric("env/frames")
+        self.run.define_metric("*", step_metric="env/frames")
+
+    def write(self, metrics: Mapping[str, float | int]) -> None:
+        self.run.log(dict(metrics))
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def _has_netrc_key() -> bool:
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    return netrc.exists() and "api.wandb.ai" in netrc.read_text()
+
+
+class Progress:
+    """A live bar (frames done / total, fps, mean return) when stdout is a terminal; else silent."""
+
+    def __init__(self, total_frames: int, start_frames: int, enabled: bool) -> None:
+        self.bar = None
+        if enabled and sys.stdout.isatty():
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(
+                TextColumn("[bold]frames"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeRemainingColumn(),
+            )
+            self.task = self.bar.add_task(
+                "train", total=total_frames, completed=start_frames, info=""
+            )
+            self.bar.start()
+
+    def update(self, frames: int, info: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=frames, info=info)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+class MetricLogger:
+    """Fans one metrics dict out to the sinks; also prints a summary line through ``logging``."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        jsonl: bool,
+        wandb_mode: str,
+        wandb_project: str,
+        wandb_entity: str | None,
+        wandb_group: str | None,
+        wandb_tags: list[str],
+        run_name: str,
+        config: dict[str, Any],
+        total_frames: int,
+        start_frames: int,
+        progress: bool,
+    ) -> None:
+        self.sinks: list[JsonlSink | WandbSink] = []
+        self.episodes = JsonlSink(run_dir / EPISODES_FILE) if jsonl else None
+        if jsonl:
+            self.sinks.append(JsonlSink(run_dir / METRICS_FILE))
+        if wandb_mode != "disabled":
+            self.sinks.append(
+                WandbSink(
+                    run_dir,
+                    wandb_mode,
+                    wandb_project,
+                    wandb_entity,
+                    wandb_group,
+                    wandb_tags,
+                    run_name,
+                    config,
+                )
+            )
+        self.progress = Progress(total_frames, start_frames, progress)
+        self.started = time.time()
+
+    def write(self, metrics: Mapping[str, Any]) -> None:
+        clean = _clean(metrics)
+        for sink in self.sinks:
+            sink.write(clean)
+        summary = " ".join(f"{k}={_fmt(v)}" for k, v in clean.items() if k in _SUMMARY_KEYS)
+        log.info(summary)
+        ret = clean.get("env/episode_return")
+        info = f"{clean.get('perf/fps', 0):,.0f} fps" + (
+            f"  return {ret:.1f}" if ret is not None else ""
+        )
+        self.progress.update(int(clean.get("env/frames", 0)), info)
+
+    def write_episodes(self, frames: int, returns: list[float], lengths: list[int]) -> None:
+        """One line per finished game in ``episodes.jsonl`` (for learning curves and tests)."""
+        if self.episodes is not None:
+            for ret, length in zip(returns, lengths, strict=True):
+                self.episodes.write(
+                    {"env/frames": frames, "env/episode_return": ret, "env/episode_length": length}
+                )
+
+    def close(self) -> None:
+        self.progress.close()
+        if self.episodes is not None:
+            self.episodes.close()
+        for sink in self.sinks:
+            sink.close()
+
+    def __enter__(self) -> MetricLogger:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+_SUMMARY_KEYS = (
+    "env/frames",
+    "perf/fps",
+    "perf/sps",
+    "env/episode_return",
+    "loss/total",
+    "learner/policy_lag",
+)
+
+
+def _fmt(value: float | int) -> str:
+    return f"{value:d}" if isinstance(value, int) else f"{value:.4g}"
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """All lines of a run's ``metrics.jsonl`` (skipping a torn last line from a hard kill)."""
+    path = Path(run_dir) / METRICS_FILE
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows

@@ -1,0 +1,158 @@
+"""The two Atari networks of IMPALA (Espeholt et al. 2018, arXiv 1802.01561, Fig. 3).
+
+Both take channel-first image stacks [C, H, W] (e.g. 4 grey 84x84 frames, uint8) and end in
+a ReLU'd FC layer of `hidden_size` units (256 in the paper) that feeds the shared
+core of `ActorCritic`. The optional LSTM has `lstm_size` units, by default `hidden_size`
+(256, as in the paper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from stampede.models.base import ActorCritic, as_shape, check_positive
+
+# The shallow torso's two unpadded convolutions, as (kernel, stride).
+_SHALLOW_CONVS = ((8, 4), (4, 2))
+
+
+def _check_image_shape(model: str, obs_shape: Sequence[int]) -> tuple[int, int, int]:
+    """Return obs_shape as (C, H, W), or raise our ValueError naming the fix."""
+    shape = as_shape(obs_shape)
+    if len(shape) == 1:
+        raise ValueError(
+            f"model {model} takes image observations [C, H, W], got observation shape "
+            f"{shape}; use model=mlp for flat vector observations"
+        )
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(
+            f"model {model} takes image observations [C, H, W] (channels first), "
+            f"got observation shape {shape}"
+        )
+    return shape[0], shape[1], shape[2]
+
+
+def _shallow_out_size(size: int) -> int:
+    """Spatial size after the shallow torso's convolutions (0 if the image is too small)."""
+    for kernel, stride in _SHALLOW_CONVS:
+        if size < kernel:
+            return 0
+        size = (size - kernel) // stride + 1
+    return size
+
+
+def _shallow_min_size() -> int:
+    """Smallest image side for which both shallow convolutions produce >= 1 pixel."""
+    size = 1
+    while _shallow_out_size(size) < 1:
+        size += 1
+    return size
+
+
+class AtariNet(ActorCritic):
+    """The paper's shallow network (Fig. 3, left).
+
+    conv 16 8x8 stride 4, ReLU, conv 32 4x4 stride 2, ReLU, FC hidden_size, ReLU; no padding,
+    so 84x84 frames give 9x9x32 features. Images need at least 20x20 pixels.
+    """
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        use_lstm: bool = False,
+        hidden_size: int = 256,
+        lstm_size: int | None = None,
+    ) -> None:
+        C, H, W = _check_image_shape("AtariNet", obs_shape)
+        check_positive("AtariNet", hidden_size=hidden_size)
+        out_h, out_w = _shallow_out_size(H), _shallow_out_size(W)
+        if out_h < 1 or out_w < 1:
+            raise ValueError(
+                f"model AtariNet needs images of at least {_shallow_min_size()}x"
+                f"{_shallow_min_size()} pixels (convolutions 8x8 stride 4 and 4x4 stride 2, "
+                f"no padding), got observation shape {(C, H, W)}; use model=resnet for "
+                f"small images"
+            )
+        (k1, s1), (k2, s2) = _SHALLOW_CONVS
+        torso = nn.Sequential(
+            nn.Conv2d(C, 16, kernel_size=k1, stride=s1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, kernel_size=k2, stride=s2),
+            nn.ReLU(),
+            nn.Flatten(),  # [N, 32, h, w] -> [N, 32*h*w]
+            nn.Linear(32 * out_h * out_w, hidden_size),
+            nn.ReLU(),
+        )
+        lstm = hidden_size if lstm_size is None else lstm_size
+        super().__init__((C, H, W), num_actions, torso, hidden_size, use_lstm, lstm)
+
+
+class ResidualBlock(nn.Module):
+    """x + conv3x3(ReLU(conv3x3(ReLU(x)))), channels and size preserved (Fig. 3, right)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.conv0(torch.relu(x))
+        y = self.conv1(torch.relu(y))
+        return x + y
+
+
+def _conv_stack(in_channels: int, out_channels: int, num_blocks: int) -> nn.Sequential:
+    """conv 3x3 stride 1, max-pool 3x3 stride 2 (padding 1, halving H and W, rounding up),
+    then num_blocks residual blocks."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1),
+        nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
+        *(ResidualBlock(out_channels) for _ in range(num_blocks)),
+    )
+
+
+class ResNet(ActorCritic):
+    """The paper's deep network (Fig. 3, right).
+
+    One stack per entry of `channels` ((16, 32, 32) in the paper), each of conv 3x3, max-pool
+    3x3 stride 2 and `num_blocks` residual blocks; then ReLU, FC hidden_size, ReLU. Every
+    convolution is padded, so any image size works (84x84 gives 11x11x32 features).
+    """
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        use_lstm: bool = False,
+        hidden_size: int = 256,
+        channels: Sequence[int] = (16, 32, 32),
+        num_blocks: int = 2,
+        lstm_size: int | None = None,
+    ) -> None:
+        C, H, W = _check_image_shape("ResNet", obs_shape)
+        widths = tuple(int(c) for c in channels)
+        if not widths or min(widths) < 1:
+            raise ValueError(f"model ResNet: channels must be non-empty and >= 1, got {widths}")
+        if num_blocks < 0:
+            raise ValueError(f"model ResNet: num_blocks must be >= 0, got {num_blocks}")
+        check_positive("ResNet", hidden_size=hidden_size)
+        stacks = [
+            _conv_stack(c_in, c_out, num_blocks)
+            for c_in, c_out in zip((C, *widths[:-1]), widths, strict=True)
+        ]
+        out_h, out_w = H, W
+        for _ in widths:  # each pool with padding 1, stride 2 maps n -> ceil(n / 2)
+            out_h, out_w = (out_h + 1) // 2, (out_w + 1) // 2
+        torso = nn.Sequential(
+            *stacks,
+            nn.ReLU(),
+            nn.Flatten(),  # [N, c, h, w] -> [N, c*h*w]
+            nn.Linear(widths[-1] * out_h * out_w, hidden_size),
+            nn.ReLU(),
+        )
+        lstm = hidden_size if lstm_size is None else lstm_size
+        super().__init__((C, H, W), num_actions, torso, hidden_size, use_lstm, lstm)

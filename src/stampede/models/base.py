@@ -1,0 +1,215 @@
+"""The actor-critic skeleton shared by every Stampede network.
+
+IMPALA (Espeholt et al. 2018, arXiv 1802.01561, Fig. 3) feeds the torso's features, the
+clipped last reward and a one-hot of the last action into an optional LSTM, then into a
+policy head (logits over actions) and a baseline head (V(x)). Subclasses supply only the
+torso; everything after it lives here, so the shallow, deep and MLP networks share one
+core and one set of heads.
+
+Time-major throughout: every input and output is [T, B, ...].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+CoreState = tuple[Tensor, ...]
+
+
+class ModelOutput(NamedTuple):
+    """What one forward pass returns.
+
+    policy_logits: [T, B, A] unnormalised log-probabilities.
+    baseline:      [T, B] value estimates V(x_t).
+    core_state:    () without LSTM, else (h, c), each [1, B, lstm_size], the state after
+                   the last step (feed it back in for the next unroll).
+    """
+
+    policy_logits: Tensor
+    baseline: Tensor
+    core_state: CoreState
+
+
+def as_shape(obs_shape: Sequence[int]) -> tuple[int, ...]:
+    """Turn a shape from Hydra (possibly a ListConfig of ints) into a plain tuple of ints."""
+    return tuple(int(d) for d in obs_shape)
+
+
+def check_positive(model: str, **sizes: int) -> None:
+    """Raise our ValueError if any named size is < 1 (e.g. num_actions=0 from a bad env spec)."""
+    for name, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"model {model}: {name} must be >= 1, got {value}")
+
+
+class ActorCritic(nn.Module):
+    """Torso -> concat(features, last reward, one-hot last action) -> [LSTM] -> heads.
+
+    Subclasses build a torso mapping [N, *obs_shape] float observations to [N, torso_size]
+    features and pass it to this constructor. uint8 observations (Atari frames) are
+    scaled by 1/255 here, before the torso; any other dtype is cast to float32 unchanged.
+
+    The reward is concatenated as given: the caller clips it (the paper clips to [-1, 1]).
+    """
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        torso: nn.Module,
+        torso_size: int,
+        use_lstm: bool = False,
+        lstm_size: int = 256,
+    ) -> None:
+        super().__init__()
+        check_positive(type(self).__name__, num_actions=num_actions, lstm_size=lstm_size)
+        self.obs_shape = as_shape(obs_shape)
+        self.num_actions = int(num_actions)
+        self.use_lstm = bool(use_lstm)
+        self.lstm_size = int(lstm_size)
+        self.torso = torso
+        # +1 for the last reward, +num_actions for the one-hot last action.
+        core_in = torso_size + 1 + self.num_actions
+        self.core: nn.LSTM | None = nn.LSTM(core_in, self.lstm_size) if self.use_lstm else None
+        core_out = self.lstm_size if self.use_lstm else core_in
+        self.policy = nn.Linear(core_out, self.num_actions)
+        self.baseline = nn.Linear(core_out, 1)
+        # A small policy init keeps the first policy close to uniform, so early entropy is
+        # high and the first V-trace importance weights are well behaved.
+        nn.init.orthogonal_(self.policy.weight, gain=0.01)
+        nn.init.zeros_(self.policy.bias)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> CoreState:
+        """Zero LSTM state (h, c), each [1, B, lstm_size]; () without LSTM."""
+        if self.core is None:
+            return ()
+        shape = (1, batch_size, self.lstm_size)
+        return (torch.zeros(shape, device=device), torch.zeros(shape, device=device))
+
+    def forward(
+        self,
+        obs: Tensor,
+        last_action: Tensor,
+        reward: Tensor,
+        done: Tensor,
+        core_state: CoreState = (),
+    ) -> ModelOutput:
+        """Run T steps for B environments.
+
+        obs [T, B, *obs_shape] (uint8 scaled by 1/255, or float), last_action [T, B] int,
+        reward [T, B] float (already clipped), done [T, B] bool where done[t] means obs[t]
+        starts a new episode, so the LSTM state is zeroed before step t. core_state is the
+        state before step 0 (() means zeros).
+        """
+        T, B = self._check_inputs(obs, last_action, reward, done, core_state)
+        core_in = self._core_input(obs, last_action, reward)  # [T*B, F]
+        new_state: CoreState = ()
+        if self.core is None:
+            core_out = core_in
+        else:
+            state = core_state or self.initial_state(B, device=obs.device)
+            # [T*B, F] -> [T, B, F] for the LSTM, and back after it.
+            lstm_out, new_state = self._unroll(core_in.view(T, B, -1), done, state)
+            core_out = lstm_out.reshape(T * B, self.lstm_size)
+        logits = self.policy(core_out).view(T, B, self.num_actions)  # [T*B, A] -> [T, B, A]
+        baseline = self.baseline(core_out).view(T, B)  # [T*B, 1] -> [T, B]
+        return ModelOutput(logits, baseline, new_state)
+
+    def _core_input(self, obs: Tensor, last_action: Tensor, reward: Tensor) -> Tensor:
+        """concat(torso(obs), r_tm1, one_hot(a_tm1)) as [T*B, torso_size + 1 + A]."""
+        T, B = obs.shape[:2]
+        x = obs.reshape(T * B, *self.obs_shape)  # [T, B, *obs] -> [T*B, *obs]
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        features = self.torso(x)  # [T*B, torso_size]
+        one_hot = F.one_hot(last_action.reshape(T * B).long(), self.num_actions)  # [T*B, A]
+        r_tm1 = reward.reshape(T * B, 1).to(features.dtype)  # [T, B] -> [T*B, 1]
+        return torch.cat([features, r_tm1, one_hot.to(features.dtype)], dim=-1)
+
+    def _unroll(self, core_in: Tensor, done: Tensor, state: CoreState) -> tuple[Tensor, CoreState]:
+        """LSTM over [T, B, F], zeroing each env's state before any step t with done[t].
+
+        Runs one LSTM call per stretch between resets rather than one per step: the result is
+        the same (state is only touched at resets) and the long stretches use the fused kernel.
+        """
+        assert self.core is not None
+        T = core_in.shape[0]
+        starts = [0]
+        if T > 1:  # one host sync to find where any env resets; skipped for T=1 inference
+            starts += (done[1:].any(dim=1).nonzero().flatten() + 1).tolist()
+        ends = [*starts[1:], T]
+        outputs = []
+        for start, end in zip(starts, ends, strict=True):
+            keep = (~done[start]).to(core_in.dtype).view(1, -1, 1)  # [B] -> [1, B, 1]
+            h, c = (s * keep for s in state)
+            out, (h, c) = self.core(core_in[start:end], (h, c))
+            state = (h, c)
+            outputs.append(out)
+        return torch.cat(outputs, dim=0), state
+
+    def _check_inputs(
+        self,
+        obs: Tensor,
+        last_action: Tensor,
+        reward: Tensor,
+        done: Tensor,
+        core_state: CoreState,
+    ) -> tuple[int, int]:
+        """Return (T, B), raising our ValueError on any shape that does not fit the model."""
+        name = type(self).__name__
+        if obs.dim() != 2 + len(self.obs_shape) or tuple(obs.shape[2:]) != self.obs_shape:
+            raise ValueError(
+                f"model {name}: obs must have shape [T, B, *{self.obs_shape}], "
+                f"got {tuple(obs.shape)}"
+            )
+        T, B = obs.shape[:2]
+        if T == 0 or B == 0:
+            raise ValueError(f"model {name}: obs needs T >= 1 and B >= 1, got {tuple(obs.shape)}")
+        for arg, t in (("last_action", last_action), ("reward", reward), ("done", done)):
+            if tuple(t.shape) != (T, B):
+                raise ValueError(
+                    f"model {name}: {arg} must have shape [T, B] = {(T, B)} like obs, "
+                    f"got {tuple(t.shape)}"
+                )
+        if done.dtype != torch.bool:
+            raise ValueError(f"model {name}: done must be a bool tensor, got {done.dtype}")
+        if last_action.is_floating_point() or last_action.is_complex():
+            raise ValueError(
+                f"model {name}: last_action must be an integer tensor, got {last_action.dtype}"
+            )
+        self._check_core_state(core_state, B)
+        return T, B
+
+    def _check_core_state(self, core_state: CoreState, batch_size: int) -> None:
+        name = type(self).__name__
+        if not core_state:
+            return
+        if self.core is None:
+            raise ValueError(
+                f"model {name} has no LSTM (use_lstm=False) and takes core_state=(), "
+                f"got {len(core_state)} tensors"
+            )
+        expected = (1, batch_size, self.lstm_size)
+        shapes = [tuple(s.shape) for s in core_state]
+        if len(core_state) != 2 or any(shape != expected for shape in shapes):
+            raise ValueError(
+                f"model {name}: core_state must be (h, c), each of shape {expected}, got {shapes}"
+            )
+
+
+def select_action(policy_logits: Tensor, greedy: bool = False) -> Tensor:
+    """Actions [T, B] int64 from logits [T, B, A]: a sample from softmax, or the argmax."""
+    if policy_logits.dim() != 3:
+        raise ValueError(
+            f"select_action: policy_logits must have shape [T, B, A], "
+            f"got {tuple(policy_logits.shape)}"
+        )
+    T, B, A = policy_logits.shape
+    if greedy:
+        return policy_logits.argmax(dim=-1)
+    probs = F.softmax(policy_logits.reshape(T * B, A).float(), dim=-1)  # [T, B, A] -> [T*B, A]
+    return torch.multinomial(probs, num_samples=1).view(T, B)  # [T*B, 1] -> [T, B]

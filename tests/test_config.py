@@ -1,0 +1,180 @@
+"""Config composition and validation: the defaults, the groups, and bad input refused early."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from stampede.config import (
+    Config,
+    ConfigError,
+    RuntimeConfig,
+    VTraceConfig,
+    register_configs,
+    to_config,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _registered() -> None:
+    register_configs()
+
+
+def composed(*overrides: str) -> Config:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return to_config(compose(config_name="config", overrides=list(overrides)))
+
+
+def test_defaults_are_the_papers_atari_settings() -> None:
+    cfg = composed()
+    assert (cfg.env.kind, cfg.env.game, cfg.model._target_) == (
+        "atari",
+        "pong",
+        "stampede.models.AtariNet",
+    )
+    assert (cfg.runtime.unroll_length, cfg.runtime.batch_size) == (20, 32)
+    v = cfg.vtrace
+    assert (v.discount, v.entropy_cost, v.baseline_cost, v.reward_clip) == (0.99, 0.01, 0.5, 1.0)
+    o = cfg.optim
+    assert (o.name, o.tf_style, o.lr, o.momentum, o.eps, o.alpha, o.grad_clip, o.anneal_lr) == (
+        "rmsprop",
+        True,
+        6e-4,
+        0.0,
+        0.01,
+        0.99,
+        40.0,
+        True,
+    )
+    assert cfg.total_frames == 200_000_000
+    assert (cfg.env.noop_max, cfg.env.frame_skip, cfg.env.frame_stack) == (30, 4, 4)
+    assert (cfg.env.max_episode_frames, cfg.env.episodic_life) == (108_000, True)
+    assert cfg.logger.wandb.mode == "offline"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "check"),
+    [
+        (
+            ["env=breakout", "model=resnet"],
+            lambda c: c.env.game == "breakout" and c.model.channels == [16, 32, 32],
+        ),
+        (["env=atari", "env.game=space_invaders"], lambda c: c.env.game == "space_invaders"),
+        (["env=cartpole", "model=mlp"], lambda c: c.env.gym_id == "CartPole-v1"),
+        (["optim=adam"], lambda c: c.optim.name == "adam"),
+        (["model.use_lstm=true"], lambda c: c.model.use_lstm),
+        (["debug=fast"], lambda c: c.runtime.batch_size == 4),
+    ],
+)
+def test_groups_compose(overrides: list[str], check) -> None:
+    assert check(composed(*overrides))
+
+
+def test_derived_values_are_properties() -> None:
+    r = RuntimeConfig(num_actors=3, envs_per_actor=8, batch_size=32)
+    assert r.slots_per_batch == 4
+    assert r.buffer_slots == 2 * 3 + 4
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: VTraceConfig(discount=1.5), "vtrace.discount must be in [0, 1], got 1.5"),
+        (lambda: VTraceConfig(rho_bar=0.5, c_bar=1.0), "vtrace.rho_bar must be >= vtrace.c_bar"),
+        (
+            lambda: RuntimeConfig(batch_size=30, envs_per_actor=8),
+            "runtime.batch_size must be a multiple",
+        ),
+        (
+            lambda: RuntimeConfig(unroll_length=0),
+            "runtime.unroll_length must be a positive integer",
+        ),
+        (lambda: RuntimeConfig(num_actors=-1), "runtime.num_actors must be a positive integer"),
+    ],
+)
+def test_cross_field_checks_name_the_key(build, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        build()
+
+
+# Bad command lines: each must exit non-zero fast with ONE readable line naming the key.
+BAD_INPUT = [
+    (["optim.lr=-1"], "optim.lr"),
+    (["vtrace.discount=1.5"], "vtrace.discount"),
+    (["env.game=not_a_game"], "env.game"),
+    (["model=nope"], "model=nope"),
+    (["vtrace.dicount=0.9"], "vtrace.dicount"),
+    (["optim.lr=fast"], "optim.lr"),
+    (["vtrace.rho_bar=0.5"], "vtrace.rho_bar"),
+    (["runtime.batch_size=30"], "runtime.batch_size"),
+    (["runtime.unroll_length=0"], "runtime.unroll_length"),
+    (["env=cartpole", "model=shallow"], "model"),
+    (["model=mlp"], "model"),
+    (["--multirun", "seed=1,2", "env.game=pong,nope"], "env.game"),
+]
+
+
+@pytest.mark.parametrize(("args", "key"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_command_line_fails_fast_with_one_line(
+    args: list[str], key: str, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "env=pong",
+            *args,
+            f"hydra.run.dir={tmp_path}/run",
+            f"hydra.sweep.dir={tmp_path}/sweep",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode != 0
+    assert elapsed < 10, f"took {elapsed:.1f}s"
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert key in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "--cfg", "job", "env=breakout", "model=resnet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "game: breakout" in proc.stdout
+    assert "_target_: stampede.models.ResNet" in proc.stdout
+    assert "channels:" in proc.stdout
+
+
+def test_help_lists_the_groups(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for group in ("env:", "model:", "vtrace:", "optim:", "runtime:", "logger:"):
+        assert group in proc.stdout
+    assert "breakout" in proc.stdout
+    assert "resnet" in proc.stdout

@@ -1,0 +1,305 @@
+"""Environments: the VecStep contract, the DQN Nature preprocessing, and backend equivalence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stampede.envs import (
+    EnvError,
+    VecEnv,
+    VecStep,
+    atari_games,
+    env_spec,
+    make_vec_env,
+    resolve_backend,
+)
+from stampede.envs.atari import AtariGame, AtariSettings, uniform_below
+from stampede.envs.factory import ale_vector_available
+from stampede.envs.preprocessing import AreaResize, max_pool, push_frame, restart_stack
+
+ATARI_BACKENDS = [
+    "gymnasium",
+    pytest.param(
+        "ale_vector",
+        marks=pytest.mark.skipif(not ale_vector_available(), reason="ale-py < 0.12"),
+    ),
+]
+
+
+def random_actions(num_steps: int, num_envs: int, num_actions: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, num_actions, size=(num_steps, num_envs))
+
+
+def rollout(env: VecEnv, seed: int, actions: np.ndarray) -> tuple[np.ndarray, list[VecStep]]:
+    """reset(seed), then one step per row of ``actions`` [T, E]."""
+    first = env.reset(seed)
+    return first, [env.step(a) for a in actions]
+
+
+# --- preprocessing on hand-made arrays ---------------------------------------------------------
+
+
+def test_max_pool_takes_the_pixelwise_max_of_two_frames():
+    older = np.array([[0, 5], [9, 1]], dtype=np.uint8)
+    newer = np.array([[3, 2], [9, 7]], dtype=np.uint8)
+    np.testing.assert_array_equal(max_pool(older, newer), [[3, 5], [9, 7]])
+    with pytest.raises(ValueError, match="one shape"):
+        max_pool(older, newer[:1])
+
+
+def test_area_resize_averages_whole_and_partial_pixels():
+    # 5 -> 2 pixels: each output covers 2.5 inputs, weights 0.4, 0.4, 0.2 | 0.2, 0.4, 0.4.
+    row = np.array([[10, 20, 30, 40, 50]], dtype=np.uint8)
+    np.testing.assert_array_equal(AreaResize((1, 5), (1, 2))(row), [[18, 42]])
+    # Integer factor 2: block means 2.5 and 3.5 round half to even, to 2 and 4.
+    image = np.array([[2, 3, 3, 4], [2, 3, 3, 4]], dtype=np.uint8)
+    np.testing.assert_array_equal(AreaResize((2, 4), (1, 2))(image), [[2, 4]])
+
+
+def test_area_resize_keeps_flat_images_flat_and_batches():
+    frames = np.stack([np.full((210, 160), v, dtype=np.uint8) for v in (0, 7, 255)])
+    out = AreaResize((210, 160), (84, 84))(frames)
+    assert out.shape == (3, 84, 84) and out.dtype == np.uint8
+    np.testing.assert_array_equal(out[:, 0, 0], [0, 7, 255])
+    assert (out == out[:, :1, :1]).all()
+
+
+def test_frame_stack_shifts_with_the_newest_frame_last():
+    stack = np.arange(4, dtype=np.uint8)[:, None, None].repeat(2, 1).repeat(2, 2)  # [4, 2, 2]
+    push_frame(stack, np.full((2, 2), 9, dtype=np.uint8))
+    np.testing.assert_array_equal(stack[:, 0, 0], [1, 2, 3, 9])
+    restart_stack(stack, np.full((2, 2), 5, dtype=np.uint8))
+    np.testing.assert_array_equal(stack[:, 0, 0], [0, 0, 0, 5])
+
+
+def test_uniform_below_stays_in_range_and_covers_it():
+    rng = np.random.RandomState(0)
+    draws = [uniform_below(rng, 31) for _ in range(2000)]
+    assert min(draws) == 0 and max(draws) == 30 and len(set(draws)) == 31
+
+
+# --- spaces --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_pong_observations_are_stacked_uint8_frames(backend):
+    env = make_vec_env(2, 0, game="pong", backend=backend)
+    obs = env.reset(0)
+    assert env.num_envs == 2
+    assert env.spec.obs_shape == (4, 84, 84) and env.spec.obs_dtype == np.uint8
+    assert env.spec.frames_per_step == 4
+    assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+    step = env.step(np.zeros(2, dtype=np.int64))
+    assert step.obs.shape == (2, 4, 84, 84) and step.obs.dtype == np.uint8
+    assert step.reward.dtype == np.float32 and step.done.dtype == np.bool_
+    assert step.episode_return.dtype == np.float32 and step.episode_length.dtype == np.int64
+    env.close()
+
+
+def test_cartpole_observations_are_float32_vectors():
+    env = make_vec_env(3, 0, kind="gym", gym_id="CartPole-v1")
+    obs = env.reset(0)
+    assert env.spec.obs_shape == (4,) and env.spec.obs_dtype == np.float32
+    assert env.spec.num_actions == 2 and env.spec.frames_per_step == 1
+    assert obs.shape == (3, 4) and obs.dtype == np.float32
+    env.close()
+
+
+def test_minimal_and_full_action_sets():
+    minimal = env_spec(game="pong")
+    full = env_spec(game="pong", full_action_space=True)
+    assert minimal.num_actions == 6 and full.num_actions == 18
+    assert minimal.action_meanings is not None and minimal.action_meanings[0] == "NOOP"
+    assert env_spec(kind="gym", gym_id="CartPole-v1").num_actions == 2
+
+
+# --- episodes ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_auto_reset_gives_a_fresh_episode_on_the_same_step(backend):
+    # No no-ops: every Pong game starts from the same screen, so the auto-reset obs must equal
+    # reset()'s; a 40-frame cap ends the game at step 10.
+    env = make_vec_env(1, 0, game="pong", backend=backend, noop_max=0, max_episode_frames=40)
+    first, steps = rollout(env, 0, np.ones((10, 1), dtype=np.int64))
+    assert not any(s.done[0] for s in steps[:-1]) and steps[-1].done[0]
+    assert (steps[-2].obs[0, :-1] != first[0, :-1]).any()  # mid-game the stack is full of play
+    np.testing.assert_array_equal(steps[-1].obs, first)  # frame stack restarted, not carried
+    assert (first[0, :-1] == 0).all() and first[0, -1].any()
+    env.close()
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_frame_cap_truncates_and_reports_the_game(backend):
+    env = make_vec_env(2, 0, game="pong", backend=backend, max_episode_frames=100)
+    _, steps = rollout(env, 0, random_actions(60, 2, 6))
+    ends = [t for t, s in enumerate(steps) if s.done[0]]
+    assert ends[:2] == [24, 49]  # 100 frames = 25 agent steps, counted after the no-ops
+    assert steps[24].episode_length[0] == 25 and np.isfinite(steps[24].episode_return[0])
+    assert np.isnan(steps[23].episode_return[0]) and steps[23].episode_length[0] == 0
+    env.close()
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_episodic_life_ends_training_episodes_but_reports_whole_games(backend):
+    env = make_vec_env(1, 1, game="breakout", backend=backend, episodic_life=True)
+    env.reset(1)
+    rewards, life_losses = [], 0
+    for action in random_actions(3000, 1, 4):
+        step = env.step(action)
+        rewards.append(float(step.reward[0]))
+        if step.done[0] and np.isnan(step.episode_return[0]):
+            life_losses += 1
+        if np.isfinite(step.episode_return[0]):
+            break
+    else:
+        pytest.fail("no Breakout game ended in 3000 random steps")
+    assert life_losses == 4  # 5 lives: 4 losses end training episodes, the 5th the game
+    assert step.done[0] and step.episode_length[0] == len(rewards)
+    assert step.episode_return[0] == pytest.approx(sum(rewards)) and sum(rewards) > 0
+    env.close()
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_without_episodic_life_only_game_ends_are_done(backend):
+    env = make_vec_env(1, 1, game="breakout", backend=backend, episodic_life=False)
+    _, steps = rollout(env, 1, random_actions(600, 1, 4))
+    dones = [s for s in steps if s.done[0]]
+    assert dones and all(np.isfinite(s.episode_return[0]) for s in dones)
+    env.close()
+
+
+def test_gym_episode_return_is_the_return_and_resets_on_the_same_step():
+    env = make_vec_env(2, 0, kind="gym", gym_id="CartPole-v1")
+    _, steps = rollout(env, 0, random_actions(200, 2, 2))
+    ends = [s for s in steps if s.done[0]]
+    assert ends and all(s.episode_return[0] == s.episode_length[0] for s in ends)  # +1 a step
+    assert all(np.abs(s.obs[0]).max() <= 0.05 for s in ends)  # CartPole starts in [-0.05, 0.05]
+    env.close()
+
+
+# --- seeding, sticky actions, backends -----------------------------------------------------------
+
+
+def _noop_count(seed: int, noop_max: int = 30) -> int:
+    return uniform_below(np.random.RandomState(seed), noop_max + 1)
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_same_seed_same_trajectory_and_seeds_differ(backend):
+    env = make_vec_env(2, 11, game="pong", backend=backend)
+    actions = random_actions(60, 2, 6)
+    first_a, steps_a = rollout(env, 11, actions)
+    first_b, steps_b = rollout(env, 11, actions)
+    np.testing.assert_array_equal(first_a, first_b)
+    for a, b in zip(steps_a, steps_b, strict=True):
+        np.testing.assert_array_equal(a.obs, b.obs)
+        np.testing.assert_array_equal(a.reward, b.reward)
+    other = next(s for s in range(12, 100) if _noop_count(s) != _noop_count(11))
+    _, steps_c = rollout(env, other, actions)
+    assert any((a.obs[0] != c.obs[0]).any() for a, c in zip(steps_a, steps_c, strict=True))
+    env.close()
+
+
+def test_sticky_action_probability_reaches_ale():
+    game = AtariGame(AtariSettings(game="pong", repeat_action_probability=0.25))
+    assert game.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_sticky_actions_repeat_the_previous_action(backend):
+    # With probability 1 ALE always repeats its previous action, NOOP since the reset: any
+    # action sequence then plays like all-NOOP. With 0 the paddle moves.
+    def play(p: float) -> tuple[np.ndarray, np.ndarray]:
+        """Observations [T, 1, 4, 84, 84] under RIGHT (2) only and under NOOP only."""
+        env = make_vec_env(1, 0, game="pong", backend=backend, repeat_action_probability=p)
+        moves, noops = (rollout(env, 0, np.full((30, 1), a))[1] for a in (2, 0))
+        env.close()
+        return np.stack([s.obs for s in moves]), np.stack([s.obs for s in noops])
+
+    sticky_moves, sticky_noops = play(1.0)
+    np.testing.assert_array_equal(sticky_moves, sticky_noops)
+    moves, noops = play(0.0)
+    assert (moves != noops).any()
+
+
+@pytest.mark.skipif(not ale_vector_available(), reason="ale-py < 0.12")
+@pytest.mark.parametrize(
+    ("game", "knobs"),
+    [
+        ("pong", {"max_episode_frames": 400}),
+        ("breakout", {"repeat_action_probability": 0.25, "screen_size": 64}),
+        ("space_invaders", {"full_action_space": True, "frame_skip": 3, "max_episode_frames": 300}),
+    ],
+)
+def test_backends_give_identical_steps(game, knobs):
+    envs = [make_vec_env(2, 5, game=game, backend=b, **knobs) for b in ("gymnasium", "ale_vector")]
+    actions = random_actions(200, 2, envs[0].spec.num_actions)
+    (first_py, steps_py), (first_cpp, steps_cpp) = (rollout(env, 5, actions) for env in envs)
+    np.testing.assert_array_equal(first_py, first_cpp)
+    assert any(s.done.any() for s in steps_py)  # the comparison crosses episode ends
+    for t, (a, b) in enumerate(zip(steps_py, steps_cpp, strict=True)):
+        for field in VecStep._fields:
+            np.testing.assert_array_equal(
+                getattr(a, field), getattr(b, field), err_msg=f"{field} at step {t}"
+            )
+    for env in envs:
+        env.close()
+
+
+def test_auto_picks_the_c_plus_plus_vector_when_available():
+    expected = "ale_vector" if ale_vector_available() else "gymnasium"
+    assert resolve_backend("atari", "auto") == expected
+    assert resolve_backend("gym", "auto") == "gymnasium"
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_large_seeds_wrap_into_the_emulator_range(backend):
+    env = make_vec_env(2, 0, game="pong", backend=backend)
+    np.testing.assert_array_equal(env.reset(2**31 + 4), env.reset(4))  # uint32 seeds are fine
+    env.close()
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+def test_unknown_game_names_env_game():
+    assert "pong" in atari_games() and "space_invaders" in atari_games()
+    with pytest.raises(EnvError, match=r"env\.game='not_a_game' is not an ALE game.*atari_games"):
+        env_spec(game="not_a_game")
+    with pytest.raises(EnvError, match=r"env\.game='Pong'"):
+        make_vec_env(1, 0, game="Pong")
+
+
+def test_unknown_gym_id_names_env_gym_id():
+    with pytest.raises(EnvError, match=r"env\.gym_id='NotAnEnv-v0'"):
+        env_spec(kind="gym", gym_id="NotAnEnv-v0")
+    with pytest.raises(EnvError, match=r"env\.gym_id='Pendulum-v1'.*Discrete"):
+        make_vec_env(1, 0, kind="gym", gym_id="Pendulum-v1")
+
+
+def test_bad_settings_name_their_key():
+    with pytest.raises(EnvError, match=r"env\.backend"):
+        env_spec(backend="envpool")
+    with pytest.raises(EnvError, match=r"env\.kind"):
+        env_spec(kind="mujoco")
+    with pytest.raises(EnvError, match=r"env\.backend='ale_vector'.*atari"):
+        env_spec(kind="gym", gym_id="CartPole-v1", backend="ale_vector")
+    with pytest.raises(EnvError, match=r"env\.frame_skip must be >= 1, got 0"):
+        env_spec(frame_skip=0)
+    with pytest.raises(EnvError, match=r"unknown env setting.*frameskip"):
+        env_spec(frameskip=4)
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_bad_actions_and_step_before_reset_raise(backend):
+    env = make_vec_env(2, 0, game="pong", backend=backend)
+    with pytest.raises(EnvError, match="before reset"):
+        env.step(np.zeros(2, dtype=np.int64))
+    env.reset(0)
+    with pytest.raises(EnvError, match=r"\[0, 6\)"):
+        env.step(np.array([0, 6]))
+    with pytest.raises(EnvError, match=r"shape \(2,\)"):
+        env.step(np.zeros(3, dtype=np.int64))
+    env.close()

@@ -1,0 +1,195 @@
+"""Tests for stampede.losses: values, analytic gradients, and the composed IMPALA loss."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from stampede import losses, vtrace
+
+T, B, A = 3, 2, 4
+f64 = torch.float64
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(0)
+
+
+def randn(gen, *shape, requires_grad=False):
+    return torch.randn(*shape, generator=gen, dtype=f64).requires_grad_(requires_grad)
+
+
+def entropy(logits):
+    p = torch.softmax(logits, -1)
+    return -(p * torch.log(p)).sum()
+
+
+def test_policy_gradient_loss_value_and_gradient(gen):
+    logits = randn(gen, T, B, A, requires_grad=True)
+    actions = torch.randint(0, A, (T, B), generator=gen)
+    advantages = randn(gen, T, B, requires_grad=True)
+    loss = losses.policy_gradient_loss(logits, actions, advantages)
+
+    p = torch.softmax(logits.detach(), -1)  # [T, B, A]
+    log_p_a = torch.log(p.gather(-1, actions[..., None]))[..., 0]  # [T, B]
+    torch.testing.assert_close(loss, -(log_p_a * advantages.detach()).sum())
+
+    loss.backward()
+    # d/dlogits of -adv * log softmax(logits)[a] = -adv * (onehot(a) - softmax(logits)).
+    onehot = F.one_hot(actions, A).to(f64)  # [T, B, A]
+    expected = -advantages.detach()[..., None] * (onehot - p)  # [T, B, A]
+    torch.testing.assert_close(logits.grad, expected)
+    assert advantages.grad is None  # advantages are constants
+
+
+def test_policy_gradient_loss_by_hand():
+    # T = B = 1, two actions with equal logits: pi(a) = 0.5, advantage 2 -> loss = -2 log 0.5.
+    logits = torch.zeros(1, 1, 2, dtype=f64, requires_grad=True)
+    loss = losses.policy_gradient_loss(
+        logits, torch.tensor([[1]]), torch.tensor([[2.0]], dtype=f64)
+    )
+    assert loss.item() == pytest.approx(2 * math.log(2))
+    loss.backward()
+    # -2 * (onehot(1) - [0.5, 0.5]) = [1, -1]: descending raises the logit of the action taken.
+    torch.testing.assert_close(logits.grad, torch.tensor([[[1.0, -1.0]]], dtype=f64))
+
+
+def test_baseline_loss_value_and_gradient(gen):
+    values = randn(gen, T, B, requires_grad=True)
+    targets = randn(gen, T, B, requires_grad=True)
+    loss = losses.baseline_loss(values, targets)
+    torch.testing.assert_close(loss, 0.5 * ((targets - values) ** 2).sum())
+    loss.backward()
+    torch.testing.assert_close(values.grad, (values - targets).detach())
+    assert targets.grad is None  # targets are constants
+
+
+def test_entropy_loss_is_negative_entropy_and_descent_raises_entropy(gen):
+    logits = randn(gen, T, B, A, requires_grad=True)
+    loss = losses.entropy_loss(logits)
+    torch.testing.assert_close(loss, -entropy(logits.detach()))
+    loss.backward()
+    stepped = logits.detach() - 0.1 * logits.grad
+    assert entropy(stepped) > entropy(logits.detach())
+    # Uniform policies have the largest entropy, T * B * log A.
+    uniform = losses.entropy_loss(torch.zeros(T, B, A, dtype=f64))
+    assert uniform.item() == pytest.approx(-T * B * math.log(A))
+    assert loss.item() > uniform.item()
+
+
+def impala_inputs(gen, requires_grad=True):
+    """All float inputs require grad, so the test sees which ones the loss touches."""
+    return {
+        "target_logits": randn(gen, T, B, A, requires_grad=requires_grad),
+        "values": randn(gen, T, B, requires_grad=requires_grad),
+        "bootstrap_value": randn(gen, B, requires_grad=requires_grad),
+        "behaviour_logits": randn(gen, T, B, A, requires_grad=requires_grad),
+        "actions": torch.randint(0, A, (T, B), generator=gen),
+        "rewards": randn(gen, T, B, requires_grad=requires_grad),
+        "discounts": torch.full((T, B), 0.99, dtype=f64, requires_grad=requires_grad),
+    }
+
+
+COSTS = {
+    "baseline_cost": 0.5,
+    "entropy_cost": 0.01,
+    "rho_bar": 1.0,
+    "c_bar": 0.9,
+    "pg_rho_bar": 1.0,
+    "lambda_": 0.95,
+}
+
+
+def test_impala_loss_composes_the_parts(gen):
+    inputs = impala_inputs(gen, requires_grad=False)
+    total, metrics = losses.impala_loss(**inputs, **COSTS)
+
+    vt = vtrace.from_logits(
+        inputs["behaviour_logits"],
+        inputs["target_logits"],
+        inputs["actions"],
+        inputs["discounts"],
+        inputs["rewards"],
+        inputs["values"],
+        inputs["bootstrap_value"],
+        rho_bar=1.0,
+        c_bar=0.9,
+        pg_rho_bar=1.0,
+        lambda_=0.95,
+    )
+    pg = losses.policy_gradient_loss(inputs["target_logits"], inputs["actions"], vt.pg_advantages)
+    baseline = 0.5 * losses.baseline_loss(inputs["values"], vt.vs)
+    ent = 0.01 * losses.entropy_loss(inputs["target_logits"])
+    torch.testing.assert_close(total, pg + baseline + ent)
+
+    assert list(metrics) == [
+        "loss/pg",
+        "loss/baseline",
+        "loss/entropy",
+        "loss/total",
+        "vtrace/rho_mean",
+        "vtrace/rho_clipped_frac",
+    ]
+    assert all(type(v) is float for v in metrics.values())
+    assert metrics["loss/pg"] == pytest.approx(pg.item())
+    assert metrics["loss/baseline"] == pytest.approx(baseline.item())  # weighted by its cost
+    assert metrics["loss/entropy"] == pytest.approx(ent.item())
+    assert metrics["loss/total"] == pytest.approx(total.item())
+    assert metrics["vtrace/rho_mean"] == pytest.approx(vt.rho_mean.item())
+    assert metrics["vtrace/rho_clipped_frac"] == pytest.approx(vt.rho_clipped_frac.item())
+
+
+def test_impala_loss_gradients_reach_only_logits_and_values(gen):
+    inputs = impala_inputs(gen)
+    total, _ = losses.impala_loss(**inputs, **COSTS)
+    total.backward()
+    for name in ("target_logits", "values"):
+        grad = inputs[name].grad
+        assert grad is not None, name
+        assert torch.isfinite(grad).all(), name
+        assert grad.abs().sum() > 0, name
+    for name in ("bootstrap_value", "behaviour_logits", "rewards", "discounts"):
+        assert inputs[name].grad is None, name
+
+
+def test_impala_loss_with_zero_costs_is_the_pg_loss(gen):
+    inputs = impala_inputs(gen, requires_grad=False)
+    costs = {**COSTS, "baseline_cost": 0.0, "entropy_cost": 0.0}
+    total, metrics = losses.impala_loss(**inputs, **costs)
+    assert metrics["loss/baseline"] == metrics["loss/entropy"] == 0.0
+    assert total.item() == pytest.approx(metrics["loss/pg"])
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: losses.policy_gradient_loss(
+                torch.zeros(T, B, A), torch.zeros(T, B + 1, dtype=torch.int64), torch.zeros(T, B)
+            ),
+            "losses: actions must have shape [T, B] = [3, 2] like logits, got [3, 3]",
+        ),
+        (
+            lambda: losses.policy_gradient_loss(
+                torch.zeros(T, B, A), torch.zeros(T, B, dtype=torch.int64), torch.zeros(T)
+            ),
+            "losses: advantages must have shape [T, B] = [3, 2] like logits, got [3]",
+        ),
+        (
+            lambda: losses.baseline_loss(torch.zeros(T, B), torch.zeros(T + 1, B)),
+            "losses: targets must have shape [T, B] = [3, 2] like values, got [4, 2]",
+        ),
+        (
+            lambda: losses.entropy_loss(torch.zeros(T, A)),
+            "losses: logits must have shape [T, B, A], got [3, 4]",
+        ),
+    ],
+)
+def test_bad_shapes_raise_our_message(call, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()

@@ -1,0 +1,184 @@
+"""End to end: `run.py` trains, logs, checkpoints, survives kill -9 and surfaces actor failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from stampede import checkpoint
+from stampede.logging import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# CartPole settings that learn in about a minute on 2 CPU cores.
+CARTPOLE = [
+    "env=cartpole",
+    "model=mlp",
+    "optim=adam",
+    "optim.lr=0.001",
+    "optim.anneal_lr=false",
+    "vtrace.entropy_cost=0.01",
+    "vtrace.reward_clip=0",
+    "runtime.num_actors=2",
+    "runtime.envs_per_actor=8",
+    "runtime.batch_size=16",
+    "runtime.unroll_length=20",
+    "logger.interval_s=1",
+    "logger.wandb.mode=disabled",
+]
+
+
+def run_py(run_dir: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={run_dir}", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=run_dir.parent,
+    )
+
+
+def start_py(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={run_dir}", *overrides],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=run_dir.parent,
+    )
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def episode_returns(run_dir: Path) -> list[float]:
+    lines = (run_dir / "episodes.jsonl").read_text().splitlines()
+    return [json.loads(line)["env/episode_return"] for line in lines if line.strip()]
+
+
+def test_cartpole_learns(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    proc = run_py(run_dir, *CARTPOLE, "total_frames=120000", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert time.monotonic() - started < 180
+    returns = episode_returns(run_dir)
+    assert len(returns) >= 40
+    first, last = sum(returns[:20]) / 20, sum(returns[-20:]) / 20
+    assert last >= 3 * first, f"first 20 episodes {first:.1f}, last 20 {last:.1f}"
+
+
+@pytest.mark.slow
+def test_cartpole_reaches_450(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_py(run_dir, *CARTPOLE, "total_frames=600000", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    returns = episode_returns(run_dir)
+    assert sum(returns[-20:]) / 20 >= 450
+
+
+def test_pong_run_directory(tmp_path: Path) -> None:
+    """`run.py env=pong` starts within 30 s; leaves config, metrics, W&B run, checkpoints."""
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    proc = start_py(
+        run_dir,
+        "env=pong",
+        "total_frames=15360",
+        "runtime.num_actors=2",
+        "logger.interval_s=1",
+        "logger.wandb.mode=offline",
+    )
+    wait_for(lambda: bool(read_metrics(run_dir)), 60, "the first metrics line")
+    assert time.monotonic() - started < 30
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    assert "env:" in (run_dir / "config.yaml").read_text()
+    rows = read_metrics(run_dir)
+    assert rows[-1]["env/frames"] >= 15360
+    for key in (
+        "perf/fps",
+        "perf/sps",
+        "loss/pg",
+        "loss/baseline",
+        "loss/entropy",
+        "loss/total",
+        "learner/grad_norm",
+        "learner/lr",
+        "learner/policy_lag",
+        "vtrace/rho_mean",
+        "vtrace/rho_clipped_frac",
+    ):
+        assert key in rows[-1], key
+    assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    _, state = checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir))
+    assert state["frames"] == rows[-1]["env/frames"]
+
+
+def test_kill_9_then_resume_continues(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [*CARTPOLE, "total_frames=10000000", "checkpointing.interval_s=2"]
+    proc = start_py(run_dir, *args)
+    ckpts = checkpoint.checkpoint_dir(run_dir)
+    wait_for(lambda: len(checkpoint.list_checkpoints(ckpts)) >= 2, 90, "two checkpoints")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    psutil.wait_procs(children, timeout=10)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], (
+        "actor processes outlived the killed runner"
+    )
+    before = read_metrics(run_dir)
+    _, state = checkpoint.load_latest(ckpts)
+    assert state["updates"] > 0
+    resumed_at = state["frames"]
+
+    more = [*CARTPOLE, f"total_frames={resumed_at + 20000}", "checkpointing.interval_s=2"]
+    again = run_py(run_dir, *more, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = read_metrics(run_dir)
+    assert after[: len(before)] == before, "earlier metric lines were changed"
+    new = after[len(before) :]
+    assert new, "no metric lines after resume"
+    assert new[0]["env/frames"] > resumed_at
+    assert new[0]["learner/updates"] > state["updates"]
+    _, final = checkpoint.load_latest(ckpts)
+    assert final["frames"] >= resumed_at + 20000
+    assert "resumed from" in (run_dir / "run.log").read_text()
+
+
+def test_actor_exception_stops_run_with_traceback(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    proc = run_py(
+        run_dir,
+        "env=gym",
+        "env.gym_id=stampede.testing:StampedeCrash-v0",
+        "model=mlp",
+        "runtime.num_actors=2",
+        "runtime.envs_per_actor=2",
+        "runtime.batch_size=4",
+        "logger.wandb.mode=disabled",
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert time.monotonic() - started < 30
+    output = proc.stdout + proc.stderr
+    assert "Traceback" in output
+    assert "injected failure at step 100" in output
+    path, state = checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir))
+    assert checkpoint.load_file(path)["frames"] == state["frames"]

@@ -23,6 +23,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,17 +36,25 @@ from stampede.envs.vector import AleVectorEnv
 FRAME_SKIP = 4
 
 
-def measure(step: Callable[[np.ndarray], object], num_envs: int, seconds: float) -> float:
-    """Agent steps per second (all envs together) of ``step`` called with random actions."""
+class Rate(NamedTuple):
+    steps_per_s: float
+    steps_per_cpu_s: float
+
+
+def measure(step: Callable[[np.ndarray], object], num_envs: int, seconds: float) -> Rate:
+    """Agent steps (all envs together) of ``step`` with random actions, per second of wall
+    time and per CPU-second of this process (all its threads); the latter barely moves when
+    other processes share the cores."""
     actions = np.random.default_rng(0).integers(0, 6, size=(4096, num_envs))
-    steps, start = 0, time.perf_counter()
+    steps, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while (elapsed := time.perf_counter() - start) < seconds:
         step(actions[steps % len(actions)])
         steps += 1
-    return steps * num_envs / elapsed
+    cpu = time.process_time() - cpu_start
+    return Rate(steps * num_envs / elapsed, steps * num_envs / cpu)
 
 
-def single_game(seconds: float) -> float:
+def single_game(seconds: float) -> Rate:
     """One AtariGame with resize and frame stack by hand: the per-env floor of the Python form."""
     settings = AtariSettings(game="pong")
     game, raw = AtariGame(settings), np.zeros((210, 160), dtype=np.uint8)
@@ -61,7 +70,7 @@ def single_game(seconds: float) -> float:
     return measure(step, 1, seconds)
 
 
-def vector(backend: str, num_envs: int, seconds: float, threads: int = 1) -> float:
+def vector(backend: str, num_envs: int, seconds: float, threads: int = 1) -> Rate:
     if backend == "ale_vector":
         env = AleVectorEnv(num_envs, AtariSettings(game="pong"), num_threads=threads)
     else:
@@ -72,7 +81,7 @@ def vector(backend: str, num_envs: int, seconds: float, threads: int = 1) -> flo
     return rate
 
 
-def gymnasium_sync(num_envs: int, seconds: float) -> float:
+def gymnasium_sync(num_envs: int, seconds: float) -> Rate:
     import ale_py
     import gymnasium
 
@@ -90,10 +99,11 @@ def gymnasium_sync(num_envs: int, seconds: float) -> float:
     return rate
 
 
-def report(name: str, num_envs: int, steps_per_s: float) -> None:
+def report(name: str, num_envs: int, rate: Rate) -> None:
     print(
-        f"{name:<44} E={num_envs:<3} {steps_per_s:>9,.0f} steps/s "
-        f"{steps_per_s * FRAME_SKIP:>10,.0f} frames/s",
+        f"{name:<42} E={num_envs:<3} {rate.steps_per_s:>7,.0f} steps/s "
+        f"{rate.steps_per_s * FRAME_SKIP:>7,.0f} frames/s "
+        f"{rate.steps_per_cpu_s:>7,.0f} steps/cpu-s",
         flush=True,
     )
 
@@ -115,11 +125,17 @@ def main() -> None:
             )
     for threads in args.threads if "ale_vector" in backends else []:
         for num_envs in args.envs:
-            rate = vector("ale_vector", num_envs, args.seconds, threads)
-            report(f"ale_vector, {threads} threads", num_envs, rate)
+            report(
+                f"ale_vector, {threads} threads",
+                num_envs,
+                vector("ale_vector", num_envs, args.seconds, threads),
+            )
     for num_envs in args.envs:
-        rate = gymnasium_sync(num_envs, args.seconds)
-        report("ref: SyncVectorEnv ALE/Pong-v5 (raw RGB)", num_envs, rate)
+        report(
+            "ref: SyncVectorEnv ALE/Pong-v5 raw RGB",
+            num_envs,
+            gymnasium_sync(num_envs, args.seconds),
+        )
 
 
 if __name__ == "__main__":

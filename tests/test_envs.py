@@ -60,7 +60,8 @@ def test_area_resize_averages_whole_and_partial_pixels():
 def test_area_resize_keeps_flat_images_flat_and_batches():
     frames = np.stack([np.full((210, 160), v, dtype=np.uint8) for v in (0, 7, 255)])
     out = AreaResize((210, 160), (84, 84))(frames)
-    assert out.shape == (3, 84, 84) and out.dtype == np.uint8
+    assert out.shape == (3, 84, 84)
+    assert out.dtype == np.uint8
     np.testing.assert_array_equal(out[:, 0, 0], [0, 7, 255])
     assert (out == out[:, :1, :1]).all()
 
@@ -76,7 +77,9 @@ def test_frame_stack_shifts_with_the_newest_frame_last():
 def test_uniform_below_stays_in_range_and_covers_it():
     rng = np.random.RandomState(0)
     draws = [uniform_below(rng, 31) for _ in range(2000)]
-    assert min(draws) == 0 and max(draws) == 30 and len(set(draws)) == 31
+    assert min(draws) == 0
+    assert max(draws) == 30
+    assert len(set(draws)) == 31
 
 
 # --- spaces --------------------------------------------------------------------------------------
@@ -87,30 +90,40 @@ def test_pong_observations_are_stacked_uint8_frames(backend):
     env = make_vec_env(2, 0, game="pong", backend=backend)
     obs = env.reset(0)
     assert env.num_envs == 2
-    assert env.spec.obs_shape == (4, 84, 84) and env.spec.obs_dtype == np.uint8
+    assert env.spec.obs_shape == (4, 84, 84)
+    assert env.spec.obs_dtype == np.uint8
     assert env.spec.frames_per_step == 4
-    assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+    assert obs.shape == (2, 4, 84, 84)
+    assert obs.dtype == np.uint8
     step = env.step(np.zeros(2, dtype=np.int64))
-    assert step.obs.shape == (2, 4, 84, 84) and step.obs.dtype == np.uint8
-    assert step.reward.dtype == np.float32 and step.done.dtype == np.bool_
-    assert step.episode_return.dtype == np.float32 and step.episode_length.dtype == np.int64
+    assert step.obs.shape == (2, 4, 84, 84)
+    assert step.obs.dtype == np.uint8
+    assert step.reward.dtype == np.float32
+    assert step.done.dtype == np.bool_
+    assert step.episode_return.dtype == np.float32
+    assert step.episode_length.dtype == np.int64
     env.close()
 
 
 def test_cartpole_observations_are_float32_vectors():
     env = make_vec_env(3, 0, kind="gym", gym_id="CartPole-v1")
     obs = env.reset(0)
-    assert env.spec.obs_shape == (4,) and env.spec.obs_dtype == np.float32
-    assert env.spec.num_actions == 2 and env.spec.frames_per_step == 1
-    assert obs.shape == (3, 4) and obs.dtype == np.float32
+    assert env.spec.obs_shape == (4,)
+    assert env.spec.obs_dtype == np.float32
+    assert env.spec.num_actions == 2
+    assert env.spec.frames_per_step == 1
+    assert obs.shape == (3, 4)
+    assert obs.dtype == np.float32
     env.close()
 
 
 def test_minimal_and_full_action_sets():
     minimal = env_spec(game="pong")
     full = env_spec(game="pong", full_action_space=True)
-    assert minimal.num_actions == 6 and full.num_actions == 18
-    assert minimal.action_meanings is not None and minimal.action_meanings[0] == "NOOP"
+    assert minimal.num_actions == 6
+    assert full.num_actions == 18
+    assert minimal.action_meanings is not None
+    assert minimal.action_meanings[0] == "NOOP"
     assert env_spec(kind="gym", gym_id="CartPole-v1").num_actions == 2
 
 
@@ -123,10 +136,12 @@ def test_auto_reset_gives_a_fresh_episode_on_the_same_step(backend):
     # reset()'s; a 40-frame cap ends the game at step 10.
     env = make_vec_env(1, 0, game="pong", backend=backend, noop_max=0, max_episode_frames=40)
     first, steps = rollout(env, 0, np.ones((10, 1), dtype=np.int64))
-    assert not any(s.done[0] for s in steps[:-1]) and steps[-1].done[0]
+    assert not any(s.done[0] for s in steps[:-1])
+    assert steps[-1].done[0]
     assert (steps[-2].obs[0, :-1] != first[0, :-1]).any()  # mid-game the stack is full of play
     np.testing.assert_array_equal(steps[-1].obs, first)  # frame stack restarted, not carried
-    assert (first[0, :-1] == 0).all() and first[0, -1].any()
+    assert (first[0, :-1] == 0).all()
+    assert first[0, -1].any()
     env.close()
 
 
@@ -136,8 +151,10 @@ def test_frame_cap_truncates_and_reports_the_game(backend):
     _, steps = rollout(env, 0, random_actions(60, 2, 6))
     ends = [t for t, s in enumerate(steps) if s.done[0]]
     assert ends[:2] == [24, 49]  # 100 frames = 25 agent steps, counted after the no-ops
-    assert steps[24].episode_length[0] == 25 and np.isfinite(steps[24].episode_return[0])
-    assert np.isnan(steps[23].episode_return[0]) and steps[23].episode_length[0] == 0
+    assert steps[24].episode_length[0] == 25
+    assert np.isfinite(steps[24].episode_return[0])
+    assert np.isnan(steps[23].episode_return[0])
+    assert steps[23].episode_length[0] == 0
     env.close()
 
 
@@ -156,8 +173,10 @@ def test_episodic_life_ends_training_episodes_but_reports_whole_games(backend):
     else:
         pytest.fail("no Breakout game ended in 3000 random steps")
     assert life_losses == 4  # 5 lives: 4 losses end training episodes, the 5th the game
-    assert step.done[0] and step.episode_length[0] == len(rewards)
-    assert step.episode_return[0] == pytest.approx(sum(rewards)) and sum(rewards) > 0
+    assert step.done[0]
+    assert step.episode_length[0] == len(rewards)
+    assert step.episode_return[0] == pytest.approx(sum(rewards))
+    assert sum(rewards) > 0
     env.close()
 
 
@@ -166,7 +185,8 @@ def test_without_episodic_life_only_game_ends_are_done(backend):
     env = make_vec_env(1, 1, game="breakout", backend=backend, episodic_life=False)
     _, steps = rollout(env, 1, random_actions(600, 1, 4))
     dones = [s for s in steps if s.done[0]]
-    assert dones and all(np.isfinite(s.episode_return[0]) for s in dones)
+    assert dones
+    assert all(np.isfinite(s.episode_return[0]) for s in dones)
     env.close()
 
 
@@ -174,7 +194,8 @@ def test_gym_episode_return_is_the_return_and_resets_on_the_same_step():
     env = make_vec_env(2, 0, kind="gym", gym_id="CartPole-v1")
     _, steps = rollout(env, 0, random_actions(200, 2, 2))
     ends = [s for s in steps if s.done[0]]
-    assert ends and all(s.episode_return[0] == s.episode_length[0] for s in ends)  # +1 a step
+    assert ends
+    assert all(s.episode_return[0] == s.episode_length[0] for s in ends)
     assert all(np.abs(s.obs[0]).max() <= 0.05 for s in ends)  # CartPole starts in [-0.05, 0.05]
     env.close()
 
@@ -265,7 +286,8 @@ def test_large_seeds_wrap_into_the_emulator_range(backend):
 
 
 def test_unknown_game_names_env_game():
-    assert "pong" in atari_games() and "space_invaders" in atari_games()
+    assert "pong" in atari_games()
+    assert "space_invaders" in atari_games()
     with pytest.raises(EnvError, match=r"env\.game='not_a_game' is not an ALE game.*atari_games"):
         env_spec(game="not_a_game")
     with pytest.raises(EnvError, match=r"env\.game='Pong'"):

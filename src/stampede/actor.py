@@ -31,6 +31,7 @@ class ActorSetup:
     """Everything an actor process needs, picklable for the ``spawn`` start method."""
 
     actor_id: int
+    rank: int  # of the learner this actor feeds (distributed runs)
     generation: int  # bumps on every (re)start so seeds never repeat
     seed: int
     num_envs: int
@@ -41,9 +42,9 @@ class ActorSetup:
     threads: int
 
     def seeds(self) -> tuple[int, int]:
-        """(environment seed, torch seed) from the run seed, the actor id and the generation."""
+        """(environment seed, torch seed) from the run seed, rank, actor id and generation."""
         env_seed, torch_seed = np.random.SeedSequence(
-            self.seed, spawn_key=(self.actor_id, self.generation)
+            self.seed, spawn_key=(self.rank, self.actor_id, self.generation)
         ).generate_state(2)
         return int(env_seed), int(torch_seed)
 

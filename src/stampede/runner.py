@@ -10,6 +10,7 @@ with its traceback and the run exits non-zero, leaving a valid checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import queue
 import signal
@@ -24,7 +25,7 @@ import torch
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
-from stampede import checkpoint
+from stampede import checkpoint, distributed
 from stampede.actor import ActorSetup, run_actor
 from stampede.buffers import RolloutBuffers, rollout_spec
 from stampede.config import Config, model_factory
@@ -38,6 +39,9 @@ log = logging.getLogger("stampede")
 
 CONFIG_FILE = "config.yaml"
 _POLL_S = 0.5
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 
 
 class ActorFailure(RuntimeError):
@@ -54,11 +58,16 @@ def main(cfg: Config) -> None:
 
         evaluate_checkpoint(cfg, run_dir)
         return
+    rank = distributed.setup(cfg.torch_device.type)
     try:
-        Trainer(cfg, run_dir).train()
+        if rank.distributed:  # under torchrun each rank resolves its own timestamped directory
+            run_dir = distributed.broadcast_object(run_dir)
+        Trainer(cfg, run_dir, rank).train()
     except ActorFailure as failure:
         log.error("%s", failure)
         raise SystemExit(1) from None
+    finally:
+        distributed.teardown()
 
 
 def config_yaml(cfg: Config) -> str:
@@ -76,12 +85,22 @@ def fingerprint(cfg: Config, spec: EnvSpec) -> dict[str, Any]:
     }
 
 
+def parameter_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of all parameters' bytes: equal digests mean identical parameters (across ranks)."""
+    sha = hashlib.sha256()
+    for p in model.parameters():
+        sha.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return sha.hexdigest()[:16]
+
+
 class Trainer:
     """One training run in one run directory (one rank, in distributed runs)."""
 
-    def __init__(self, cfg: Config, run_dir: Path) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, rank: distributed.Rank | None = None) -> None:
         self.cfg, self.run_dir = cfg, run_dir
-        self.device = cfg.torch_device
+        self.rank = rank or distributed.Rank()
+        self.device = distributed.device_for(self.rank, cfg.torch_device)
+        torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
         self.spec = env_spec(**dataclasses.asdict(cfg.env))
         self.make_model = model_factory(cfg.model, self.spec.obs_shape, self.spec.num_actions)
         self.model: ActorCritic = self.make_model().to(self.device)
@@ -97,19 +116,31 @@ class Trainer:
             betas=o.betas,
             weight_decay=o.weight_decay,
         )
-        self.learner = Learner(self.model, self.optimizer, cfg.vtrace, cfg.optim, cfg.total_frames)
+        reduce = distributed.average_gradients if self.rank.distributed else None
+        self.learner = Learner(
+            self.model,
+            self.optimizer,
+            cfg.vtrace,
+            cfg.optim,
+            cfg.total_frames,
+            reduce_gradients=reduce,
+        )
         self.frames = self.updates = self.generation = 0
         self.stop_signal: int | None = None
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / CONFIG_FILE).write_text(config_yaml(cfg))
+        if self.rank.is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / CONFIG_FILE).write_text(config_yaml(cfg))
         self._restore()
+        if self.rank.distributed:
+            distributed.broadcast_model(self.model)
 
     # ------------------------------------------------------------------ checkpoints
 
     @property
     def frames_per_update(self) -> int:
+        """Environment frames consumed by one update of all ranks together."""
         r = self.cfg.runtime
-        return r.unroll_length * r.batch_size * self.spec.frames_per_step
+        return r.unroll_length * r.batch_size * self.spec.frames_per_step * self.rank.world_size
 
     def _state(self) -> dict[str, Any]:
         return {
@@ -123,7 +154,10 @@ class Trainer:
             "fingerprint": fingerprint(self.cfg, self.spec),
         }
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self) -> Path | None:
+        """Rank 0 writes the checkpoint (all ranks hold the same parameters)."""
+        if not self.rank.is_main:
+            return None
         path = checkpoint.save(
             checkpoint.checkpoint_dir(self.run_dir),
             self.frames,
@@ -187,6 +221,7 @@ class Trainer:
         for actor_id in range(r.num_actors):
             setup = ActorSetup(
                 actor_id=actor_id,
+                rank=self.rank.rank,
                 generation=self.generation,
                 seed=cfg.seed,
                 num_envs=r.envs_per_actor,
@@ -275,12 +310,12 @@ class Trainer:
         torch.manual_seed(cfg.seed + self.generation)
         if cfg.runtime.learner_threads:
             torch.set_num_threads(cfg.runtime.learner_threads)
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        w = cfg.logger.wandb
+        previous = {s: signal.signal(s, self._on_signal) for s in _STOP_SIGNALS}
+        w, main_rank = cfg.logger.wandb, self.rank.is_main
         logger = MetricLogger(
             self.run_dir,
-            jsonl=cfg.logger.jsonl,
-            wandb_mode=w.mode,
+            jsonl=cfg.logger.jsonl and main_rank,
+            wandb_mode=w.mode if main_rank else "disabled",
             wandb_project=w.project,
             wandb_entity=w.entity,
             wandb_group=w.group or cfg.name,
@@ -289,7 +324,7 @@ class Trainer:
             config=OmegaConf.to_container(OmegaConf.structured(cfg)),  # type: ignore[arg-type]
             total_frames=cfg.total_frames,
             start_frames=self.frames,
-            progress=cfg.logger.progress,
+            progress=cfg.logger.progress and main_rank,
         )
         self._start_actors()
         log.info(
@@ -314,6 +349,14 @@ class Trainer:
             logger.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
+        log.info("rank %d/%d done: updates=%d frames=%d parameter_digest=%s", self.rank.rank,
+                 self.rank.world_size, self.updates, self.frames, parameter_digest(self.model))
+        requeue = previous[signal.SIGUSR2]
+        if self.stop_signal == signal.SIGUSR2 and callable(requeue):
+            # Under submitit this is its preemption/time-limit handler: it requeues the job,
+            # which resumes from the checkpoint just written in this same run directory.
+            log.info("handing SIGUSR2 to the job's own handler (requeue)")
+            requeue(signal.SIGUSR2, None)
 
     def _loop(self, batches: queue.Queue[Any], logger: MetricLogger) -> None:
         cfg = self.cfg
@@ -322,7 +365,7 @@ class Trainer:
         lengths: list[float] = []
         count, last_log, last_frames = 0, time.time(), self.frames
         last_checkpoint = time.time()
-        while self.frames < cfg.total_frames and self.stop_signal is None:
+        while not self._should_stop():
             item = batches.get()
             if isinstance(item, BaseException):
                 raise item
@@ -352,6 +395,7 @@ class Trainer:
                     "learner/updates": self.updates,
                     "perf/fps": fps,
                     "perf/sps": fps / self.spec.frames_per_step,
+                    "perf/fps_per_rank": fps / self.rank.world_size,
                 }
                 if returns:
                     line["env/episode_return"] = sum(returns) / len(returns)
@@ -364,6 +408,12 @@ class Trainer:
             if now - last_checkpoint >= cfg.checkpointing.interval_s:
                 self.save_checkpoint()
                 last_checkpoint = now
+
+    def _should_stop(self) -> bool:
+        stop = self.frames >= self.cfg.total_frames or self.stop_signal is not None
+        if self.rank.distributed:  # all ranks must leave at the same update (gradients sync)
+            stop = distributed.any_rank(stop, self.device)
+        return stop
 
     def _publish(self) -> None:
         """Copy the learner's parameters into the actors' policy and bump the version."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from stampede.envs.preprocessing import max_pool
 from stampede.envs.spec import EnvError
 
 if TYPE_CHECKING:  # ale_py registers gymnasium ids when imported: import it only when used
@@ -109,8 +110,8 @@ def uniform_below(rng: np.random.RandomState, n: int) -> int:
     """Uniform int in [0, n) from 32-bit draws, Lemire's multiply-shift with rejection.
 
     ``RandomState(seed)`` draws the raw mt19937 stream of C++ ``std::mt19937(seed)``, and
-    libstdc++'s ``uniform_int_distribution`` maps it this way: this is how our no-op counts
-    equal those of ale-py's C++ vector for the same seed.
+    libstdc++'s ``uniform_int_distribution`` maps 32-bit draws this way: so our no-op counts
+    equal those of ale-py's C++ vector for the same seed (checked with ale-py 0.12).
     """
     threshold = (2**32 - n) % n
     while True:
@@ -191,7 +192,7 @@ class AtariGame:
             elif repeat == 1:
                 ale.getScreenGrayscale(out)
                 if skip > 1:
-                    np.maximum(out, self._second_last, out=out)
+                    max_pool(out, self._second_last, out=out)
         self._frames = frames
         lives = ale.lives()
         life_lost = self._lives > lives > 0

@@ -269,9 +269,11 @@ def test_backends_give_identical_steps(game, knobs):
         env.close()
 
 
-def test_auto_picks_the_c_plus_plus_vector_when_available():
+def test_auto_picks_the_c_plus_plus_vector_for_several_envs():
     expected = "ale_vector" if ale_vector_available() else "gymnasium"
-    assert resolve_backend("atari", "auto") == expected
+    assert resolve_backend("atari", "auto", num_envs=8) == expected
+    assert resolve_backend("atari", "auto", num_envs=1) == "gymnasium"
+    assert resolve_backend("atari", "gymnasium", num_envs=8) == "gymnasium"
     assert resolve_backend("gym", "auto") == "gymnasium"
 
 

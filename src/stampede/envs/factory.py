@@ -38,11 +38,13 @@ def ale_vector_available() -> bool:
     return (major, minor) >= ALE_VECTOR_MIN_VERSION
 
 
-def resolve_backend(kind: str, backend: str) -> str:
-    """The backend that will run: ``auto`` becomes the fastest one with identical output.
+def resolve_backend(kind: str, backend: str, num_envs: int = 8) -> str:
+    """The backend that will run; ``auto`` becomes the faster of two with identical output.
 
-    For Atari that is ale-py's C++ vector when available (it returns exactly what the Python
-    loop returns and is faster, see benchmarks/env_throughput.py); gym ids have one backend.
+    Atari: ale-py's C++ vector for vectors of 2 or more envs (about 10% more steps per
+    CPU-second at E = 8 and 32), the Python loop for a single env (there the C++ vector's
+    per-step hand-off to its worker thread costs more than it saves, about 10% slower); see
+    benchmarks/env_throughput.py. Gym ids have one backend.
     """
     if kind not in ENV_KINDS:
         raise EnvError(f"env.kind must be one of {ENV_KINDS}, got {kind!r}")
@@ -53,7 +55,7 @@ def resolve_backend(kind: str, backend: str) -> str:
             raise EnvError("env.backend='ale_vector' runs Atari games only; use env.kind=atari")
         return "gymnasium"
     if backend == "auto":
-        return "ale_vector" if ale_vector_available() else "gymnasium"
+        return "ale_vector" if num_envs >= 2 and ale_vector_available() else "gymnasium"
     if backend == "ale_vector" and not ale_vector_available():
         raise EnvError(
             "env.backend='ale_vector' needs ale-py >= "
@@ -80,7 +82,7 @@ def make_vec_env(
     ``gym_id`` as it is; the Atari knobs are checked by name and ignored.
     ``seed`` seeds the emulators' construction; ``reset(seed)`` seeds the episodes.
     """
-    chosen = resolve_backend(kind, backend)
+    chosen = resolve_backend(kind, backend, num_envs)
     settings = atari_settings(atari)
     if kind == "gym":
         return GymVecEnv(num_envs, gym_id)

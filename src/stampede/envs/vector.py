@@ -79,6 +79,8 @@ class _Vector:
 class AtariVecEnv(_Vector):
     """E Atari games in one process: obs uint8 [E, frame_stack, screen_size, screen_size]."""
 
+    backend = "gymnasium"
+
     def __init__(self, num_envs: int, settings: AtariSettings, seed: int = 0) -> None:
         _check_num_envs(num_envs)
         super().__init__(num_envs)
@@ -136,6 +138,8 @@ class AleVectorEnv(_Vector):
     - ``max_num_frames_per_episode`` is its frame cap: frames after the no-ops, as ours.
     - ``num_threads``: 1 by default, since an actor process is meant to use one core.
     """
+
+    backend = "ale_vector"
 
     def __init__(self, num_envs: int, settings: AtariSettings, num_threads: int = 1) -> None:
         from ale_py.vector_env import AtariVectorEnv
@@ -208,6 +212,8 @@ class GymVecEnv(_Vector):
     Observations are float32, except uint8 image spaces which stay uint8. There are no lives:
     every termination or truncation ends a game and reports its return.
     """
+
+    backend = "gymnasium"
 
     def __init__(self, num_envs: int, gym_id: str) -> None:
         _check_num_envs(num_envs)

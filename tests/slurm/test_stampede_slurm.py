@@ -1,0 +1,141 @@
+"""Stampede on the real local SLURM cluster: job arrays, 2-rank learners, preemption + requeue."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stampede import checkpoint
+from stampede.logging import WANDB_ID_FILE, read_metrics
+
+from .conftest import LocalSlurm, run_cmd
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [
+    "env=cartpole", "model=mlp", "runtime.num_actors=1", "runtime.envs_per_actor=4",
+    "runtime.batch_size=8", "logger.interval_s=1", "hydra.launcher.cpus_per_task=1",
+]
+DIGEST = re.compile(r"rank (\d+)/(\d+) done: updates=(\d+) frames=(\d+) parameter_digest=(\w+)")
+
+
+def multirun(sweep_dir: Path, *overrides: str, timeout: float = 200) -> subprocess.CompletedProcess:
+    """`run.py --multirun infra=slurm ...`: submits, waits for the jobs, returns."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "--multirun", "infra=slurm", *TINY, *overrides,
+         f"hydra.sweep.dir={sweep_dir}"],
+        capture_output=True, text=True, timeout=timeout, cwd=sweep_dir.parent,
+    )
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    return sorted(p.parent for p in sweep_dir.glob("*/config.yaml"))
+
+
+def submitit_logs(sweep_dir: Path) -> str:
+    return "".join(p.read_text() for p in sorted(sweep_dir.glob(".submitit/*/*_log.*")))
+
+
+def test_two_job_multirun_completes(slurm: LocalSlurm, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    started = time.monotonic()
+    proc = multirun(sweep, "total_frames=8000", "logger.wandb.mode=disabled", "seed=1,2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dirs = job_dirs(sweep)
+    assert len(dirs) == 2
+    for run_dir in dirs:
+        rows = read_metrics(run_dir)
+        assert rows, f"no metrics in {run_dir}"
+        assert rows[-1]["env/frames"] >= 8000
+        assert checkpoint.list_checkpoints(checkpoint.checkpoint_dir(run_dir))
+    seeds = sorted("seed: 1" in (d / "config.yaml").read_text() for d in dirs)
+    assert seeds == [False, True]
+    print(f"2-job array submitted and finished in {time.monotonic() - started:.1f} s")
+
+
+def test_two_ranks_under_slurm_hold_identical_parameters(slurm: LocalSlurm, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    proc = multirun(sweep, "total_frames=12000", "logger.wandb.mode=offline",
+                    "hydra.launcher.tasks_per_node=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_dir] = job_dirs(sweep)
+    found = DIGEST.findall(submitit_logs(sweep))
+    assert sorted(int(rank) for rank, *_ in found) == [0, 1], found
+    assert {(world, updates, frames, digest) for _, world, updates, frames, digest in found} \
+        == {(found[0][1], found[0][2], found[0][3], found[0][4])}, found
+    assert int(found[0][2]) > 0
+    _assert_rank0_wrote_alone(run_dir, submitit_logs(sweep))
+
+
+def test_torchrun_two_ranks_hold_identical_parameters(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         str(ROOT / "run.py"), *TINY[:-1], "total_frames=12000", "logger.wandb.mode=offline",
+         f"hydra.run.dir={run_dir}"],
+        capture_output=True, text=True, timeout=200, cwd=tmp_path,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    found = DIGEST.findall(output)
+    assert sorted(int(rank) for rank, *_ in found) == [0, 1], found
+    assert len({tuple(f[1:]) for f in found}) == 1, found
+    _assert_rank0_wrote_alone(run_dir, output)
+
+
+def _assert_rank0_wrote_alone(run_dir: Path, output: str) -> None:
+    """One checkpoint write (at exit), one W&B run, one metrics stream."""
+    assert output.count("checkpoint ckpt_") == 1, output[-3000:]
+    assert len(checkpoint.list_checkpoints(checkpoint.checkpoint_dir(run_dir))) == 1
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
+    frames = [row["env/frames"] for row in read_metrics(run_dir)]
+    assert frames == sorted(set(frames)), "two ranks wrote metrics"
+
+
+def test_preempted_job_requeues_and_resumes(slurm: LocalSlurm, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    launcher = subprocess.Popen(
+        [sys.executable, str(ROOT / "run.py"), "--multirun", "infra=slurm", *TINY,
+         "total_frames=30000", "logger.wandb.mode=offline", f"hydra.sweep.dir={sweep}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not (job_dirs(sweep) and len(read_metrics(job_dirs(sweep)[0])) >= 3):
+            assert time.monotonic() < deadline, "the job never started training"
+            time.sleep(0.5)
+        [run_dir] = job_dirs(sweep)
+        job_id = run_cmd(["squeue", "-h", "-o", "%i"]).stdout.split()[0]
+        slurm.track(job_id)
+        before = read_metrics(run_dir)
+        run_id = (run_dir / WANDB_ID_FILE).read_text()
+        preempted_at = time.monotonic()
+        assert run_cmd(["scancel", "--signal=USR2", job_id]).returncode == 0
+        out, _ = launcher.communicate(timeout=200)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, out[-3000:]
+    logs = submitit_logs(sweep)
+    assert "Requeued job" in logs
+    resumed = re.search(r"resumed from .*ckpt_(\d+)\.pt: frames=(\d+)", logs)
+    assert resumed, logs[-3000:]
+    rows = read_metrics(run_dir)
+    frames = [row["env/frames"] for row in rows]
+    updates = [row["learner/updates"] for row in rows]
+    assert frames == sorted(set(frames)), "duplicate or out-of-order metric steps"
+    assert updates == sorted(set(updates))
+    assert int(resumed.group(2)) >= max(r["env/frames"] for r in before)
+    after = rows[len(before):]
+    assert after, "no metrics after the requeue"
+    assert frames[-1] >= 30000
+    assert (run_dir / WANDB_ID_FILE).read_text() == run_id
+    assert {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")} \
+        == {run_id.strip()}
+    print(json.dumps({"requeue_to_finish_s": round(time.monotonic() - preempted_at, 1)}))

@@ -1,9 +1,10 @@
 """Environment stepping speed in one process: agent steps/s and frames/s (x frame skip).
 
 Pong with uniformly random actions and the paper's preprocessing (84x84 grayscale, 4 stacked
-frames, action repeat 4 with max-pool, no-op starts, episodic life), no model. Each row steps
-for a fixed wall-clock time after construction and reset; a row is one process's ceiling, which
-is what one actor process can feed the learner.
+frames, action repeat 4 with max-pool, no-op starts, episodic life), no model: one process's
+ceiling, what one actor process can feed the learner. For each E the rows are stepped in turn,
+one step each, until each has stepped for ``--seconds`` (construction and reset not counted);
+steps/cpu-s counts the CPU time of this process, all threads, during that row's steps.
 
 Rows:
 - ``single AtariGame``: one emulator with action repeat and resize, no vector around it;
@@ -23,41 +24,55 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import numpy as np
 
-from stampede.envs import make_vec_env
+from stampede.envs import VecEnv, make_vec_env
 from stampede.envs.atari import AtariGame, AtariSettings
 from stampede.envs.factory import ale_vector_available
 from stampede.envs.preprocessing import AreaResize, push_frame
 from stampede.envs.vector import AleVectorEnv
 
 FRAME_SKIP = 4
+Step = Callable[[np.ndarray], object]
 
 
-class Rate(NamedTuple):
-    steps_per_s: float
-    steps_per_cpu_s: float
+@dataclass
+class Contestant:
+    """One way of stepping E envs, with the wall and CPU time its steps took so far."""
+
+    name: str
+    step: Step
+    steps: int = 0
+    wall: float = 0.0
+    cpu: float = 0.0
+
+    def run_once(self, actions: np.ndarray) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.step(actions)
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.process_time() - cpu
+        self.steps += 1
 
 
-def measure(step: Callable[[np.ndarray], object], num_envs: int, seconds: float) -> Rate:
-    """Agent steps (all envs together) of ``step`` with random actions, per second of wall
-    time and per CPU-second of this process (all its threads); the latter barely moves when
-    other processes share the cores."""
+def race(contestants: list[Contestant], num_envs: int, seconds: float) -> None:
+    """Step the contestants in turn, one step each, until each has stepped for ``seconds``.
+
+    Interleaving step by step gives every contestant the same share of whatever else runs on
+    the machine, so the comparison holds on a shared box even when the absolute figures move.
+    """
     actions = np.random.default_rng(0).integers(0, 6, size=(4096, num_envs))
-    steps, start, cpu_start = 0, time.perf_counter(), time.process_time()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        step(actions[steps % len(actions)])
-        steps += 1
-    cpu = time.process_time() - cpu_start
-    return Rate(steps * num_envs / elapsed, steps * num_envs / cpu)
+    t = 0
+    while min(c.wall for c in contestants) < seconds:
+        for contestant in contestants:
+            contestant.run_once(actions[t % len(actions)])
+        t += 1
 
 
-def single_game(seconds: float) -> Rate:
+def single_game() -> Step:
     """One AtariGame with resize and frame stack by hand: the per-env floor of the Python form."""
-    settings = AtariSettings(game="pong")
-    game, raw = AtariGame(settings), np.zeros((210, 160), dtype=np.uint8)
+    game, raw = AtariGame(AtariSettings(game="pong")), np.zeros((210, 160), dtype=np.uint8)
     resize, stack = AreaResize((210, 160), (84, 84)), np.zeros((4, 84, 84), dtype=np.uint8)
     game.reset(raw, seed=0)
 
@@ -67,21 +82,20 @@ def single_game(seconds: float) -> Rate:
             game.reset(raw)
         push_frame(stack, resize(raw))
 
-    return measure(step, 1, seconds)
+    return step
 
 
-def vector(backend: str, num_envs: int, seconds: float, threads: int = 1) -> Rate:
+def vector(backend: str, num_envs: int, threads: int = 1) -> Step:
+    env: VecEnv
     if backend == "ale_vector":
         env = AleVectorEnv(num_envs, AtariSettings(game="pong"), num_threads=threads)
     else:
         env = make_vec_env(num_envs, 0, game="pong", backend=backend)
     env.reset(0)
-    rate = measure(env.step, num_envs, seconds)
-    env.close()
-    return rate
+    return env.step
 
 
-def gymnasium_sync(num_envs: int, seconds: float) -> Rate:
+def gymnasium_sync(num_envs: int) -> Step:
     import ale_py
     import gymnasium
 
@@ -94,16 +108,28 @@ def gymnasium_sync(num_envs: int, seconds: float) -> Rate:
         autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
     )
     env.reset(seed=0)
-    rate = measure(env.step, num_envs, seconds)
-    env.close()
-    return rate
+    return env.step
 
 
-def report(name: str, num_envs: int, rate: Rate) -> None:
+def contestants(num_envs: int, threads: list[int]) -> list[Contestant]:
+    group = [Contestant("single AtariGame (no vector)", single_game())] if num_envs == 1 else []
+    group.append(Contestant("make_vec_env backend=gymnasium", vector("gymnasium", num_envs)))
+    if ale_vector_available():
+        group.append(Contestant("make_vec_env backend=ale_vector", vector("ale_vector", num_envs)))
+        group += [
+            Contestant(f"ale_vector, {n} threads", vector("ale_vector", num_envs, n))
+            for n in threads
+        ]
+    group.append(Contestant("ref: SyncVectorEnv ALE/Pong-v5 raw RGB", gymnasium_sync(num_envs)))
+    return group
+
+
+def report(contestant: Contestant, num_envs: int) -> None:
+    steps = contestant.steps * num_envs
     print(
-        f"{name:<42} E={num_envs:<3} {rate.steps_per_s:>7,.0f} steps/s "
-        f"{rate.steps_per_s * FRAME_SKIP:>7,.0f} frames/s "
-        f"{rate.steps_per_cpu_s:>7,.0f} steps/cpu-s",
+        f"{contestant.name:<40} E={num_envs:<3} {steps / contestant.wall:>7,.0f} steps/s "
+        f"{steps * FRAME_SKIP / contestant.wall:>7,.0f} frames/s "
+        f"{steps / contestant.cpu:>7,.0f} steps/cpu-s",
         flush=True,
     )
 
@@ -114,28 +140,12 @@ def main() -> None:
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 32], help="vector sizes")
     parser.add_argument("--threads", type=int, nargs="*", default=[], help="extra ale_vector rows")
     args = parser.parse_args()
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Pong, random")
-
-    report("single AtariGame (no vector)", 1, single_game(args.seconds))
-    backends = ["gymnasium"] + (["ale_vector"] if ale_vector_available() else [])
-    for backend in backends:
-        for num_envs in args.envs:
-            report(
-                f"make_vec_env backend={backend}", num_envs, vector(backend, num_envs, args.seconds)
-            )
-    for threads in args.threads if "ale_vector" in backends else []:
-        for num_envs in args.envs:
-            report(
-                f"ale_vector, {threads} threads",
-                num_envs,
-                vector("ale_vector", num_envs, args.seconds, threads),
-            )
+    print(f"{platform.machine()}, {os.cpu_count()} CPUs; Pong, random actions; wall and CPU time")
     for num_envs in args.envs:
-        report(
-            "ref: SyncVectorEnv ALE/Pong-v5 raw RGB",
-            num_envs,
-            gymnasium_sync(num_envs, args.seconds),
-        )
+        group = contestants(num_envs, args.threads)
+        race(group, num_envs, args.seconds)
+        for contestant in group:
+            report(contestant, num_envs)
 
 
 if __name__ == "__main__":

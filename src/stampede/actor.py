@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ class ActorSetup:
 
     actor_id: int
     rank: int  # of the learner this actor feeds (distributed runs)
-    generation: int  # bumps on every (re)start so seeds never repeat
+    generation: int  # bumps on every resume of the run so seeds never repeat
     seed: int
     num_envs: int
     unroll_length: int
@@ -40,11 +41,12 @@ class ActorSetup:
     env_kwargs: dict[str, Any]
     device: str
     threads: int
+    restart: int = 0  # bumps when the runner replaces this actor after a failure
 
     def seeds(self) -> tuple[int, int]:
         """(environment seed, torch seed) from the run seed, rank, actor id and generation."""
         env_seed, torch_seed = np.random.SeedSequence(
-            self.seed, spawn_key=(self.rank, self.actor_id, self.generation)
+            self.seed, spawn_key=(self.rank, self.actor_id, self.generation, self.restart)
         ).generate_state(2)
         return int(env_seed), int(torch_seed)
 
@@ -77,39 +79,40 @@ def _write(slot: dict[str, Tensor], t: int, step: _Step, action: Tensor, logits:
     slot["logits"][t].copy_(logits)
 
 
-def run_actor(
-    setup: ActorSetup,
-    model: ActorCritic,
-    buffers: RolloutBuffers,
-    free_queue: Any,
-    full_queue: Any,
-    version: Any,
-    stop: Any,
-    errors: Any,
-) -> None:
+@dataclass(frozen=True)
+class Channels:
+    """What the runner and its actor processes share (all picklable for ``spawn``).
+
+    ``holding[i]`` is the slot actor ``i`` is filling (-1 while it waits for one) and
+    ``taken_at[i]`` when it took it: the runner uses them to reclaim the half-written slot of a
+    dead actor (never learned from) and to spot a hung one.
+    """
+
+    free_queue: Any
+    full_queue: Any
+    errors: Any
+    version: Any  # multiprocessing.Value: the learner's update count
+    stop: Any  # multiprocessing.Event
+    holding: Tensor  # [num_actors] int64, shared memory
+    taken_at: Tensor  # [num_actors] float64, shared memory
+
+
+def run_actor(setup: ActorSetup, model: ActorCritic, buffers: RolloutBuffers, ch: Channels) -> None:
     """Process entry point: report any exception with its traceback, then exit non-zero."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner owns Ctrl-C and shuts us down
     try:
-        _rollouts(setup, model, buffers, free_queue, full_queue, version, stop)
+        _rollouts(setup, model, buffers, ch)
     except BaseException:
-        errors.put((setup.actor_id, traceback.format_exc()))
+        ch.errors.put((setup.actor_id, traceback.format_exc()))
         raise SystemExit(1) from None
 
 
-def _rollouts(
-    setup: ActorSetup,
-    model: ActorCritic,
-    buffers: RolloutBuffers,
-    free_queue: Any,
-    full_queue: Any,
-    version: Any,
-    stop: Any,
-) -> None:
+def _rollouts(setup: ActorSetup, model: ActorCritic, buffers: RolloutBuffers, ch: Channels) -> None:
     torch.set_num_threads(setup.threads)
     env_seed, torch_seed = setup.seeds()
     torch.manual_seed(torch_seed)
     device = torch.device(setup.device)
-    E, T = setup.num_envs, setup.unroll_length
+    E, T, me = setup.num_envs, setup.unroll_length, setup.actor_id
     env = make_vec_env(num_envs=E, seed=env_seed, **setup.env_kwargs)
     try:
         step = _Step(env.reset(seed=env_seed), E)
@@ -118,11 +121,13 @@ def _rollouts(
         state_before, (action, logits, state) = state, policy(step, state)
         parent = os.getppid()
         while True:
-            index = _next_free(free_queue, stop, parent)
+            index = _next_free(ch.free_queue, ch.stop, parent)
             if index is None:
                 return
+            ch.taken_at[me] = time.time()
+            ch.holding[me] = index
             slot = buffers.slot(index)
-            slot["policy_version"].fill_(version.value)
+            slot["policy_version"].fill_(ch.version.value)
             for i, tensor in enumerate(state_before):
                 slot[f"core_state_{i}"].copy_(tensor)
             for t in range(T + 1):
@@ -137,7 +142,8 @@ def _rollouts(
                 step.episode_return = torch.from_numpy(result.episode_return)
                 step.episode_length = torch.from_numpy(result.episode_length)
                 state_before, (action, logits, state) = state, policy(step, state)
-            full_queue.put(index)
+            ch.holding[me] = -1  # before the hand-over: a slot is never both full and reclaimed
+            ch.full_queue.put(index)
     finally:
         env.close()
 

@@ -84,6 +84,23 @@ def save(directory: Path, frames: int, state: dict[str, Any], keep: int) -> Path
     return path
 
 
+def check_writable(directory: Path, nbytes: int) -> None:
+    """Fail now, not hours from now, if ``directory`` cannot take a checkpoint of ``nbytes``."""
+    probe = directory / ".write_probe"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with probe.open("wb") as f:
+            os.posix_fallocate(f.fileno(), 0, nbytes)  # really reserves the blocks
+    except OSError as error:
+        raise CheckpointError(
+            f"cannot write checkpoints to {directory}: {error.strerror or error} "
+            f"({nbytes / 2**20:.1f} MiB needed per checkpoint); choose another hydra.run.dir "
+            f"or free some space"
+        ) from None
+    finally:
+        probe.unlink(missing_ok=True)
+
+
 def load_file(path: Path) -> dict[str, Any]:
     """Load one checkpoint file after verifying its checksum; raise CheckpointError if it is bad."""
     sidecar = path.with_suffix(".sha256")

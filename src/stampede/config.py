@@ -14,6 +14,7 @@ clip 40, rewards clipped to [-1, 1], 200M frames).
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -234,6 +235,10 @@ class RuntimeConfig:
     num_buffers: int = 0  # rollout slots; 0 = 2 per actor plus one batch
     learner_threads: int = 0  # torch threads in the learner; 0 = all cores
     actor_threads: int = 1  # torch threads in each actor process
+    max_actor_restarts: int = 10  # actor failures tolerated within actor_restart_window_s
+    actor_restart_window_s: float = 600.0
+    actor_timeout_s: float = 120.0  # an actor holding one rollout slot longer is hung
+    max_nonfinite_updates: int = 10  # consecutive skipped (NaN/inf) updates that stop the run
 
     def __post_init__(self) -> None:
         for key in ("num_actors", "envs_per_actor", "batch_size", "unroll_length"):
@@ -247,6 +252,15 @@ class RuntimeConfig:
         for key in ("num_buffers", "learner_threads"):
             _require(getattr(self, key) >= 0, f"runtime.{key}", getattr(self, key), ">= 0")
         _positive_int("runtime.actor_threads", self.actor_threads)
+        _require(
+            self.max_actor_restarts >= 0,
+            "runtime.max_actor_restarts",
+            self.max_actor_restarts,
+            ">= 0",
+        )
+        for key in ("actor_restart_window_s", "actor_timeout_s"):
+            _require(getattr(self, key) > 0, f"runtime.{key}", getattr(self, key), "> 0")
+        _positive_int("runtime.max_nonfinite_updates", self.max_nonfinite_updates)
         slots = self.slots_per_batch
         _require(
             self.num_buffers == 0 or self.num_buffers >= slots,
@@ -280,6 +294,18 @@ class WandbConfig:
 
     def __post_init__(self) -> None:
         _require(self.mode in WANDB_MODES, "logger.wandb.mode", self.mode, f"one of {WANDB_MODES}")
+        if self.mode == "online" and not _has_wandb_key():
+            raise ConfigError(
+                "logger.wandb.mode='online' needs a W&B API key (WANDB_API_KEY or `wandb login`); "
+                "use logger.wandb.mode=offline and `wandb sync` the run directory later"
+            )
+
+
+def _has_wandb_key() -> bool:
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    return bool(os.environ.get("WANDB_API_KEY")) or (
+        netrc.is_file() and "api.wandb.ai" in netrc.read_text()
+    )
 
 
 @dataclass

@@ -283,10 +283,11 @@ def _record_video(
     final = video_dir / f"{_safe_name(video_name)}.mp4"
     # RecordVideo names its files itself and warns about existing folders: record into a fresh
     # folder of our own, then move the one file to its final name.
-    with tempfile.TemporaryDirectory(dir=video_dir, prefix=".recording-") as folder:
+    with tempfile.TemporaryDirectory(dir=video_dir, prefix=".recording-") as tmp:
+        folder = Path(tmp) / "episode"  # RecordVideo warns when its folder exists already
         recorder = RecordVideo(
             make_video_env(seed, **env_kwargs),
-            folder,
+            str(folder),
             episode_trigger=lambda episode: episode == 0,
             video_length=MAX_VIDEO_FRAMES,
             disable_logger=True,
@@ -302,7 +303,7 @@ def _record_video(
                     break
         finally:
             recorder.close()  # writes the mp4
-        written = sorted(Path(folder).glob("*.mp4"))
+        written = sorted(folder.glob("*.mp4"))
         if not written:
             raise EvalError(f"eval.video=true: no video was written to {video_dir}")
         os.replace(written[0], final)

@@ -8,6 +8,7 @@ policy-gradient, baseline and entropy losses. The learning rate decays linearly 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -39,6 +40,9 @@ class Learner:
         self.total_frames = total_frames
         self.reduce_gradients = reduce_gradients  # all-reduce across ranks (distributed runs)
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.skipped = 0  # updates skipped for a non-finite loss or gradient, in all
+        self.consecutive_skips = 0
+        self.last_nonfinite = ""  # what went non-finite last, e.g. "loss/baseline is nan"
 
     def update(self, batch: dict[str, Tensor], frames: int) -> dict[str, float]:
         """One optimizer step on a batch whose time-major fields are [T + 1, B, ...]."""
@@ -74,14 +78,33 @@ class Learner:
         if self.reduce_gradients is not None:
             self.reduce_gradients([p.grad for p in self.params if p.grad is not None])
         max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
-        lr = linear_lr(self.optim.lr, frames, self.total_frames, self.optim.anneal_lr)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
+        metrics["learner/grad_norm"] = grad_norm
+        metrics["learner/lr"] = linear_lr(
+            self.optim.lr, frames, self.total_frames, self.optim.anneal_lr
+        )
+        bad = self._nonfinite(metrics, grad_norm)
+        if bad:  # skip: parameters and optimizer state keep their last good values
+            self.skipped += 1
+            self.consecutive_skips += 1
+            self.last_nonfinite = bad
+            self.optimizer.zero_grad(set_to_none=True)
+            return metrics
+        self.consecutive_skips = 0
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = metrics["learner/lr"]
         self.optimizer.step()
-        metrics["learner/grad_norm"] = float(grad_norm)
-        metrics["learner/lr"] = lr
         return metrics
+
+    @staticmethod
+    def _nonfinite(metrics: dict[str, float], grad_norm: float) -> str:
+        """Which term went non-finite ('' if none): a loss term first, else the gradient."""
+        for key in ("loss/pg", "loss/baseline", "loss/entropy"):
+            if not math.isfinite(metrics[key]):
+                return f"{key} is {metrics[key]}"
+        if not math.isfinite(grad_norm):
+            return f"the gradient norm is {grad_norm}"
+        return ""
 
     @staticmethod
     def _num_core(batch: dict[str, Tensor]) -> int:

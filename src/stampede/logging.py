@@ -67,11 +67,6 @@ class WandbSink:
     ) -> None:
         import wandb
 
-        if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
-            raise RuntimeError(
-                "logger.wandb.mode=online needs a W&B API key (WANDB_API_KEY or "
-                "`wandb login`); use logger.wandb.mode=offline and `wandb sync` later"
-            )
         id_file = run_dir / WANDB_ID_FILE
         if id_file.exists():
             run_id = id_file.read_text().strip()
@@ -102,11 +97,6 @@ class WandbSink:
 
     def close(self) -> None:
         self.run.finish()
-
-
-def _has_netrc_key() -> bool:
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    return netrc.exists() and "api.wandb.ai" in netrc.read_text()
 
 
 class Progress:

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import queue
 import signal
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -26,26 +27,26 @@ import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
 from stampede import checkpoint, distributed
-from stampede.actor import ActorSetup, run_actor
+from stampede.actor import ActorSetup
 from stampede.buffers import RolloutBuffers, rollout_spec
-from stampede.config import Config, model_factory
+from stampede.config import Config, ConfigError, model_factory
 from stampede.envs import EnvSpec, env_spec
 from stampede.learner import Learner
 from stampede.logging import MetricLogger
 from stampede.models import ActorCritic
 from stampede.optim import build_optimizer
+from stampede.pool import ActorFailure, ActorPool
 
 log = logging.getLogger("stampede")
 
 CONFIG_FILE = "config.yaml"
-_POLL_S = 0.5
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 
 
-class ActorFailure(RuntimeError):
-    """An actor process raised or died; the message carries its traceback or exit code."""
+class NumericalFailure(RuntimeError):
+    """Too many consecutive updates had a non-finite loss or gradient."""
 
 
 def main(cfg: Config) -> None:
@@ -63,9 +64,12 @@ def main(cfg: Config) -> None:
         if rank.distributed:  # under torchrun each rank resolves its own timestamped directory
             run_dir = distributed.broadcast_object(run_dir)
         Trainer(cfg, run_dir, rank).train()
-    except ActorFailure as failure:
+    except (ActorFailure, NumericalFailure) as failure:
         log.error("%s", failure)
         raise SystemExit(1) from None
+    except (checkpoint.CheckpointError, ConfigError) as error:  # bad input: one line, no trace
+        print(f"stampede: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     finally:
         distributed.teardown()
 
@@ -127,8 +131,13 @@ class Trainer:
         )
         self.frames = self.updates = self.generation = 0
         self.stop_signal: int | None = None
+        self._stopping = threading.Event()  # set once the loop ends: the batch thread returns
         if self.rank.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
+            # model + optimizer state (at most two buffers per parameter) + room for the rest
+            model_bytes = sum(
+                t.numel() * t.element_size() for t in self.model.state_dict().values()
+            )
+            checkpoint.check_writable(checkpoint.checkpoint_dir(run_dir), 3 * model_bytes + 2**20)
             (run_dir / CONFIG_FILE).write_text(config_yaml(cfg))
         self._restore()
         if self.rank.distributed:
@@ -197,10 +206,10 @@ class Trainer:
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
         """Finish the current update, write a checkpoint, stop the actors (thread-safe)."""
         self.stop_signal = signum
+        self._stopping.set()
 
-    def _start_actors(self) -> None:
+    def _start_actors(self) -> ActorPool:
         cfg, r = self.cfg, self.cfg.runtime
-        ctx = mp.get_context("spawn")
         # The policy the actors read: a copy of the learner's parameters, published after each
         # update. On CPU it lives in shared memory; on a GPU it stays on the device (CUDA IPC).
         self.published = self.make_model().to(self.device)
@@ -211,16 +220,10 @@ class Trainer:
         core = [tuple(t.shape) for t in self.model.initial_state(r.envs_per_actor)]
         spec = rollout_spec(self.spec, r.unroll_length, r.envs_per_actor, core)
         self.buffers = RolloutBuffers(spec, r.buffer_slots)
-        self.free_queue, self.full_queue, self.errors = ctx.Queue(), ctx.Queue(), ctx.Queue()
-        self.version = ctx.Value("q", self.updates, lock=False)
-        self.stop = ctx.Event()
-        for index in range(self.buffers.num_slots):
-            self.free_queue.put(index)
         env_kwargs = dataclasses.asdict(cfg.env)
-        self.actors = []
-        for actor_id in range(r.num_actors):
-            setup = ActorSetup(
-                actor_id=actor_id,
+        setups = [
+            ActorSetup(
+                actor_id=i,
                 rank=self.rank.rank,
                 generation=self.generation,
                 seed=cfg.seed,
@@ -231,74 +234,38 @@ class Trainer:
                 device=str(self.device),
                 threads=r.actor_threads,
             )
-            process = ctx.Process(
-                target=run_actor,
-                name=f"actor-{actor_id}",
-                daemon=True,
-                args=(
-                    setup,
-                    self.published,
-                    self.buffers,
-                    self.free_queue,
-                    self.full_queue,
-                    self.version,
-                    self.stop,
-                    self.errors,
-                ),
-            )
-            process.start()
-            self.actors.append(process)
-
-    def _check_actors(self) -> None:
-        """Raise ActorFailure if an actor reported an exception or died."""
-        try:
-            actor_id, trace = self.errors.get_nowait()
-        except queue.Empty:
-            pass
-        else:
-            raise ActorFailure(f"actor {actor_id} failed:\n{trace}")
-        for actor_id, process in enumerate(self.actors):
-            if process.exitcode is not None:
-                time.sleep(_POLL_S)  # give a dying actor's traceback time to arrive
-                try:
-                    other_id, trace = self.errors.get_nowait()
-                    raise ActorFailure(f"actor {other_id} failed:\n{trace}")
-                except queue.Empty:
-                    raise ActorFailure(
-                        f"actor {actor_id} died with exit code {process.exitcode}"
-                    ) from None
-
-    def _stop_actors(self) -> None:
-        self.stop.set()
-        for _ in self.actors:
-            self.free_queue.put(None)
-        deadline = time.time() + 5.0
-        for process in self.actors:
-            process.join(timeout=max(0.0, deadline - time.time()))
-            if process.is_alive():
-                process.kill()
-                process.join()
+            for i in range(r.num_actors)
+        ]
+        pool = ActorPool(
+            mp.get_context("spawn"),
+            setups,
+            self.published,
+            self.buffers,
+            self.updates,
+            max_restarts=r.max_actor_restarts,
+            restart_window_s=r.actor_restart_window_s,
+            timeout_s=r.actor_timeout_s,
+        )
+        pool.start()
+        return pool
 
     # ---------------------------------------------------------------------- batches
 
-    def _next_slot(self) -> int:
-        while True:
-            if self.stop_signal is not None or self.stop.is_set():
-                raise _Stopped
-            try:
-                return int(self.full_queue.get(timeout=_POLL_S))
-            except queue.Empty:
-                self._check_actors()
-
-    def _batches(self, out: queue.Queue[Any]) -> None:
+    def _batches(self, pool: ActorPool, out: queue.Queue[Any]) -> None:
         """Prefetch thread: gather the next batch while the learner works on the current one."""
         r = self.cfg.runtime
+        stopping = self._stopping.is_set
         try:
-            while True:
-                indices = [self._next_slot() for _ in range(r.slots_per_batch)]
+            while not stopping():
+                indices = []
+                for _ in range(r.slots_per_batch):
+                    index = pool.next_full_slot(stopping)
+                    if index is None:
+                        return
+                    indices.append(index)
                 batch = self.buffers.gather(indices, self.device)
                 for index in indices:
-                    self.free_queue.put(index)
+                    pool.release(index)
                 out.put(batch)
         except BaseException as error:  # handed to the main thread, which re-raises it
             out.put(error)
@@ -311,8 +278,49 @@ class Trainer:
         if cfg.runtime.learner_threads:
             torch.set_num_threads(cfg.runtime.learner_threads)
         previous = {s: signal.signal(s, self._on_signal) for s in _STOP_SIGNALS}
-        w, main_rank = cfg.logger.wandb, self.rank.is_main
-        logger = MetricLogger(
+        logger = self._logger()
+        pool = self._start_actors()
+        log.info(
+            "training %s with %s on %s: %d actors x %d envs, rank %d/%d, run dir %s",
+            cfg.env.name,
+            cfg.model._target_.rsplit(".", 1)[-1],
+            self.device,
+            cfg.runtime.num_actors,
+            cfg.runtime.envs_per_actor,
+            self.rank.rank,
+            self.rank.world_size,
+            self.run_dir,
+        )
+        batches: queue.Queue[Any] = queue.Queue(maxsize=1)
+        threading.Thread(target=self._batches, args=(pool, batches), daemon=True).start()
+        try:
+            self._loop(pool, batches, logger)
+        finally:
+            self._stopping.set()
+            self.save_checkpoint()
+            pool.stop()
+            logger.close()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        log.info(
+            "rank %d/%d done: updates=%d frames=%d parameter_digest=%s",
+            self.rank.rank,
+            self.rank.world_size,
+            self.updates,
+            self.frames,
+            parameter_digest(self.model),
+        )
+        requeue = previous[signal.SIGUSR2]
+        if self.stop_signal == signal.SIGUSR2 and callable(requeue):
+            # Under submitit this is its preemption/time-limit handler: it requeues the job,
+            # which resumes from the checkpoint just written in this same run directory.
+            log.info("handing SIGUSR2 to the job's own handler (requeue)")
+            requeue(signal.SIGUSR2, None)
+
+    def _logger(self) -> MetricLogger:
+        cfg, main_rank = self.cfg, self.rank.is_main
+        w = cfg.logger.wandb
+        return MetricLogger(
             self.run_dir,
             jsonl=cfg.logger.jsonl and main_rank,
             wandb_mode=w.mode if main_rank else "disabled",
@@ -326,88 +334,48 @@ class Trainer:
             start_frames=self.frames,
             progress=cfg.logger.progress and main_rank,
         )
-        self._start_actors()
-        log.info(
-            "training %s with %s on %s: %d actors x %d envs, run dir %s",
-            cfg.env.name,
-            cfg.model._target_.rsplit(".", 1)[-1],
-            self.device,
-            cfg.runtime.num_actors,
-            cfg.runtime.envs_per_actor,
-            self.run_dir,
-        )
-        batches: queue.Queue[Any] = queue.Queue(maxsize=1)
-        threading.Thread(target=self._batches, args=(batches,), daemon=True).start()
-        try:
-            self._loop(batches, logger)
-        except _Stopped:
-            pass
-        finally:
-            self.stop.set()
-            self.save_checkpoint()
-            self._stop_actors()
-            logger.close()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-        log.info("rank %d/%d done: updates=%d frames=%d parameter_digest=%s", self.rank.rank,
-                 self.rank.world_size, self.updates, self.frames, parameter_digest(self.model))
-        requeue = previous[signal.SIGUSR2]
-        if self.stop_signal == signal.SIGUSR2 and callable(requeue):
-            # Under submitit this is its preemption/time-limit handler: it requeues the job,
-            # which resumes from the checkpoint just written in this same run directory.
-            log.info("handing SIGUSR2 to the job's own handler (requeue)")
-            requeue(signal.SIGUSR2, None)
 
-    def _loop(self, batches: queue.Queue[Any], logger: MetricLogger) -> None:
+    def _loop(self, pool: ActorPool, batches: queue.Queue[Any], logger: MetricLogger) -> None:
         cfg = self.cfg
-        sums: dict[str, float] = defaultdict(float)
-        returns: list[float] = []
-        lengths: list[float] = []
-        count, last_log, last_frames = 0, time.time(), self.frames
-        last_checkpoint = time.time()
+        window = _Window(self.frames)
+        last_checkpoint = time.monotonic()
         while not self._should_stop():
             item = batches.get()
             if isinstance(item, BaseException):
                 raise item
             metrics = self.learner.update(item, self.frames)
-            self._publish()
+            self._publish(pool)
             self.frames += self.frames_per_update
             self.updates += 1
+            if self.learner.consecutive_skips >= cfg.runtime.max_nonfinite_updates:
+                raise NumericalFailure(
+                    f"{self.learner.consecutive_skips} consecutive updates were skipped because "
+                    f"{self.learner.last_nonfinite} (runtime.max_nonfinite_updates="
+                    f"{cfg.runtime.max_nonfinite_updates}); the checkpoint holds the last good "
+                    f"parameters"
+                )
             metrics["learner/policy_lag"] = float(
                 self.updates - 1 - item["policy_version"].double().mean()
             )
-            for key, value in metrics.items():
-                sums[key] += value
-            count += 1
-            # Step 0 of a slot repeats the last step of the previous one: count episodes from 1 on.
-            ended = item["episode_return"][1:].isfinite()
-            new_returns = item["episode_return"][1:][ended].tolist()
-            new_lengths = item["episode_length"][1:][ended].tolist()
-            logger.write_episodes(self.frames, new_returns, new_lengths)
-            returns += new_returns
-            lengths += new_lengths
-            now = time.time()
-            if now - last_log >= cfg.logger.interval_s or self.frames >= cfg.total_frames:
-                fps = (self.frames - last_frames) / max(now - last_log, 1e-9)
-                line: dict[str, float | int] = {key: value / count for key, value in sums.items()}
-                line |= {
-                    "env/frames": self.frames,
-                    "learner/updates": self.updates,
-                    "perf/fps": fps,
-                    "perf/sps": fps / self.spec.frames_per_step,
-                    "perf/fps_per_rank": fps / self.rank.world_size,
-                }
-                if returns:
-                    line["env/episode_return"] = sum(returns) / len(returns)
-                    line["env/episode_length"] = sum(lengths) / len(lengths)
-                    line["env/episodes"] = len(returns)
-                logger.write(line)
-                sums.clear()
-                returns, lengths, count = [], [], 0
-                last_log, last_frames = now, self.frames
-            if now - last_checkpoint >= cfg.checkpointing.interval_s:
+            window.add(metrics, item)
+            logger.write_episodes(self.frames, *window.new_episodes)
+            if window.age_s >= cfg.logger.interval_s or self.frames >= cfg.total_frames:
+                logger.write(
+                    window.line(
+                        self.frames,
+                        self.updates,
+                        self.spec.frames_per_step,
+                        self.rank.world_size,
+                    )
+                    | {
+                        "actors/restarts": pool.restarts,
+                        "learner/skipped_updates": self.learner.skipped,
+                    }
+                )
+                window = _Window(self.frames)
+            if time.monotonic() - last_checkpoint >= cfg.checkpointing.interval_s:
                 self.save_checkpoint()
-                last_checkpoint = now
+                last_checkpoint = time.monotonic()
 
     def _should_stop(self) -> bool:
         stop = self.frames >= self.cfg.total_frames or self.stop_signal is not None
@@ -415,13 +383,55 @@ class Trainer:
             stop = distributed.any_rank(stop, self.device)
         return stop
 
-    def _publish(self) -> None:
+    def _publish(self, pool: ActorPool) -> None:
         """Copy the learner's parameters into the actors' policy and bump the version."""
         with torch.no_grad():
             for dst, src in zip(self.published.parameters(), self.model.parameters(), strict=True):
                 dst.copy_(src)
-        self.version.value = self.updates + 1
+        pool.set_version(self.updates + 1)
 
 
-class _Stopped(Exception):
-    """Raised in the batch thread when the run is stopping."""
+class _Window:
+    """Metrics of the updates since the last log line, averaged, and the games that ended."""
+
+    def __init__(self, frames: int) -> None:
+        self.started, self.frames = time.monotonic(), frames
+        self.sums: dict[str, float] = defaultdict(float)
+        self.count = 0
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+        self.new_episodes: tuple[list[float], list[int]] = ([], [])
+
+    @property
+    def age_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def add(self, metrics: dict[str, float], batch: dict[str, torch.Tensor]) -> None:
+        for key, value in metrics.items():
+            self.sums[key] += value
+        self.count += 1
+        # Step 0 of a slot repeats the last step of the previous one: count episodes from 1 on.
+        ended = batch["episode_return"][1:].isfinite()
+        returns = batch["episode_return"][1:][ended].tolist()
+        lengths = batch["episode_length"][1:][ended].tolist()
+        self.returns += returns
+        self.lengths += lengths
+        self.new_episodes = (returns, lengths)
+
+    def line(
+        self, frames: int, updates: int, frames_per_step: int, world_size: int
+    ) -> dict[str, float | int]:
+        fps = (frames - self.frames) / max(self.age_s, 1e-9)
+        line: dict[str, float | int] = {k: v / self.count for k, v in self.sums.items()}
+        line |= {
+            "env/frames": frames,
+            "learner/updates": updates,
+            "perf/fps": fps,
+            "perf/sps": fps / frames_per_step,
+            "perf/fps_per_rank": fps / world_size,
+        }
+        if self.returns:
+            line["env/episode_return"] = sum(self.returns) / len(self.returns)
+            line["env/episode_length"] = sum(self.lengths) / len(self.lengths)
+            line["env/episodes"] = len(self.returns)
+        return line

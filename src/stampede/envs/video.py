@@ -45,7 +45,9 @@ class AtariVideoEnv(gymnasium.Env[np.ndarray, int]):
             "render_modes": ["rgb_array"],
             "render_fps": max(1, ALE_FRAMES_PER_SECOND // settings.frame_skip),
         }
-        self.observation_space = gymnasium.spaces.Box(0, 255, self.stampede_spec.obs_shape, np.uint8)
+        self.observation_space = gymnasium.spaces.Box(
+            0, 255, self.stampede_spec.obs_shape, np.uint8
+        )
         self.action_space = gymnasium.spaces.Discrete(self.stampede_spec.num_actions)
         self._raw = np.zeros(self.game.screen_hw, dtype=np.uint8)  # [210, 160] grey frame
         self._stack = np.zeros(self.stampede_spec.obs_shape, dtype=np.uint8)  # [K, h, w]
@@ -72,8 +74,9 @@ class AtariVideoEnv(gymnasium.Env[np.ndarray, int]):
         return self.game.ale.getScreenRGB()
 
 
-def make_video_env(seed: int, *, kind: str = "atari", gym_id: str = "", backend: str = "auto",
-                   **atari: Any) -> gymnasium.Env:
+def make_video_env(
+    seed: int, *, kind: str = "atari", gym_id: str = "", backend: str = "auto", **atari: Any
+) -> gymnasium.Env:
     """A single renderable environment for the fields of ``cfg.env`` (``dataclasses.asdict``).
 
     ``backend`` is checked and otherwise ignored: a video always plays the Python emulator loop,

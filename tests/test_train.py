@@ -172,6 +172,7 @@ def test_actor_exception_stops_run_with_traceback(tmp_path: Path) -> None:
         "runtime.num_actors=2",
         "runtime.envs_per_actor=2",
         "runtime.batch_size=4",
+        "runtime.max_actor_restarts=0",
         "logger.wandb.mode=disabled",
         timeout=60,
     )

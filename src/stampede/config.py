@@ -409,6 +409,9 @@ def register_configs() -> None:
     for group, schemas in GROUP_SCHEMAS.items():
         for name, node in schemas.items():
             cs.store(group=group, name=name, node=node)
+    from stampede.analysis import register_resolvers  # ${stampede.games:...} in experiments
+
+    register_resolvers()
 
 
 def to_config(dict_config: Any) -> Config:

@@ -20,6 +20,7 @@ run.py mode=eval checkpoint=<run dir or file>``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -27,7 +28,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +192,9 @@ def evaluate(
     kwargs = {**env_kwargs, "episodic_life": False}
     was_training = model.training
     model.eval()
-    rng_devices = [device] if device.type == "cuda" else []
+    rng_devices: list[int] = []  # the model's GPU generator is forked too: sampling runs there
+    if device.type == "cuda":
+        rng_devices = [device.index if device.index is not None else torch.cuda.current_device()]
     try:
         with torch.random.fork_rng(devices=rng_devices):
             torch.manual_seed(seed)
@@ -200,7 +203,8 @@ def evaluate(
             returns, lengths = _play(model, kwargs, quotas, seed, greedy, reward_clip, device)
             video = None
             if video_dir is not None:
-                video_seed = seed + len(quotas)  # the next env's seed: a game not in the stats
+                # The next env's seed (folded like env_seeds): a game not in the statistics.
+                video_seed = (seed + len(quotas)) % 2**31
                 video = _record_video(
                     model, kwargs, video_seed, greedy, reward_clip, device, video_dir, video_name
                 )
@@ -229,7 +233,7 @@ def _play(
             result = env.step(policy.act(obs))
             policy.observe(result.reward, result.done)
             obs = result.obs
-            for i in np.flatnonzero(np.isfinite(result.episode_return)):
+            for i in map(int, np.flatnonzero(np.isfinite(result.episode_return))):
                 if len(games[i]) < quotas[i]:  # later games of a fast env would bias the sample
                     games[i].append(
                         (float(result.episode_return[i]), int(result.episode_length[i]))
@@ -338,6 +342,7 @@ def evaluate_run(
     ``stampede.report`` reads; every evaluation is also appended to ``eval_history.jsonl``.
     With ``cfg.eval.video`` the mp4 goes to ``<run_dir>/videos/<game>_<frames>.mp4``. If a W&B run
     is active (``wandb.run``) the statistics and the video are logged to it at ``env/frames``.
+    Meanwhile torch uses ``cfg.runtime.actor_threads`` threads, as an actor does (restored after).
     """
     e = cfg.eval
     device = next(model.parameters()).device
@@ -349,18 +354,19 @@ def evaluate_run(
         min(e.num_envs, e.episodes),
         "greedy" if e.greedy else "sampled",
     )
-    result = evaluate(
-        model,
-        dataclasses.asdict(cfg.env),
-        episodes=e.episodes,
-        num_envs=e.num_envs,
-        seed=eval_seed(cfg.seed),
-        greedy=e.greedy,
-        reward_clip=cfg.vtrace.reward_clip,
-        device=device,
-        video_dir=Path(run_dir) / VIDEO_DIRNAME if e.video else None,
-        video_name=f"{cfg.env.name}_{frames:012d}",
-    )
+    with _torch_threads(cfg.runtime.actor_threads):
+        result = evaluate(
+            model,
+            dataclasses.asdict(cfg.env),
+            episodes=e.episodes,
+            num_envs=e.num_envs,
+            seed=eval_seed(cfg.seed),
+            greedy=e.greedy,
+            reward_clip=cfg.vtrace.reward_clip,
+            device=device,
+            video_dir=Path(run_dir) / VIDEO_DIRNAME if e.video else None,
+            video_name=f"{cfg.env.name}_{frames:012d}",
+        )
     record = eval_record(result, cfg, frames, checkpoint_path)
     write_eval(Path(run_dir), record, result)
     _log_to_wandb(result, frames)
@@ -372,6 +378,18 @@ def evaluate_run(
         result.episodes,
     )
     return result
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """Run with ``threads`` intra-op threads (evaluation acts like an actor: small batches, for
+    which more threads mostly wait on each other), then restore the caller's setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def eval_record(
@@ -437,7 +455,7 @@ def evaluate_checkpoint(cfg: Config, run_dir: Path) -> EvalResult:
     job's own directory) only gets Hydra's log: a second eval.json there would count twice.
     """
     assert cfg.checkpoint is not None  # Config checks this for mode=eval
-    path = checkpoint.resolve(cfg.checkpoint)
+    path = checkpoint.resolve(cfg.checkpoint).resolve()
     state = checkpoint.load_file(path)
     train_cfg = training_config(state, path, eval_cfg=cfg.eval, device=cfg.device)
     spec = env_spec(**dataclasses.asdict(train_cfg.env))
@@ -449,8 +467,10 @@ def evaluate_checkpoint(cfg: Config, run_dir: Path) -> EvalResult:
         raise checkpoint.CheckpointError(f"{path}: cannot load the network: {error}") from None
     model.to(train_cfg.torch_device)
     frames = int(state.get("frames", 0))
-    result = evaluate_run(model, train_cfg, checkpoint_run_dir(path), frames, str(path))
+    results_dir = checkpoint_run_dir(path)
+    result = evaluate_run(model, train_cfg, results_dir, frames, str(path))
     print(format_result(result, train_cfg, frames, path), flush=True)
+    print(f"  results: {results_dir / EVAL_FILENAME}", flush=True)
     return result
 
 
@@ -468,7 +488,7 @@ def training_config(
 
     The network's schema (ResNet, MLP, ...) is picked by the fields stored for ``model``.
     """
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from stampede.config import ConfigError
@@ -478,7 +498,9 @@ def training_config(
         raise checkpoint.CheckpointError(f"{path}: no training config stored in the checkpoint")
     try:
         stored = OmegaConf.create(text)
-        model_fields = set(stored.get("model", {}).keys())
+        if not isinstance(stored, DictConfig) or not isinstance(stored.get("model"), DictConfig):
+            raise ConfigError("expected a mapping with a 'model' mapping")
+        model_fields = {str(key) for key in stored.model}
         schemas = [c for c in GROUP_SCHEMAS["model"].values() if _field_names(c) == model_fields]
         if not schemas:
             raise ConfigError(f"no model schema has exactly the fields {sorted(model_fields)}")

@@ -89,6 +89,14 @@ def fingerprint(cfg: Config, spec: EnvSpec) -> dict[str, Any]:
     }
 
 
+def _actor_context() -> Any:
+    """Actor processes fork from a server that has imported torch and the envs already, so a
+    (re)started actor is up in a fraction of a second; the server itself never touches CUDA."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["stampede.actor"])
+    return ctx
+
+
 def parameter_digest(model: torch.nn.Module) -> str:
     """SHA-256 of all parameters' bytes: equal digests mean identical parameters (across ranks)."""
     sha = hashlib.sha256()
@@ -237,7 +245,7 @@ class Trainer:
             for i in range(r.num_actors)
         ]
         pool = ActorPool(
-            mp.get_context("spawn"),
+            _actor_context(),
             setups,
             self.published,
             self.buffers,
@@ -293,15 +301,21 @@ class Trainer:
         )
         batches: queue.Queue[Any] = queue.Queue(maxsize=1)
         threading.Thread(target=self._batches, args=(pool, batches), daemon=True).start()
+        completed = False
         try:
             self._loop(pool, batches, logger)
+            completed = self.frames >= cfg.total_frames
         finally:
             self._stopping.set()
-            self.save_checkpoint()
+            path = self.save_checkpoint()
             pool.stop()
-            logger.close()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+            try:  # the final evaluation logs to W&B, so it runs before the logger closes
+                if completed and cfg.eval.at_end:
+                    self._evaluate(path)
+            finally:
+                logger.close()
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
         log.info(
             "rank %d/%d done: updates=%d frames=%d parameter_digest=%s",
             self.rank.rank,
@@ -376,6 +390,18 @@ class Trainer:
             if time.monotonic() - last_checkpoint >= cfg.checkpointing.interval_s:
                 self.save_checkpoint()
                 last_checkpoint = time.monotonic()
+            every = cfg.eval.every_frames
+            if every and self.frames // every > (self.frames - self.frames_per_update) // every:
+                self._evaluate(None)
+
+    def _evaluate(self, path: Path | None) -> None:
+        """Evaluate the learner's policy with ``cfg.eval`` (rank 0): eval.json in the run dir."""
+        if self.rank.is_main:
+            from stampede.evaluate import evaluate_run
+
+            evaluate_run(
+                self.model, self.cfg, self.run_dir, self.frames, str(path) if path else None
+            )
 
     def _should_stop(self) -> bool:
         stop = self.frames >= self.cfg.total_frames or self.stop_signal is not None

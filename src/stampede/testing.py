@@ -63,7 +63,7 @@ for _name, _fault in [
 ]:
     gym.register(
         f"Stampede{_name}-v0",
-        entry_point=FaultyCartPole,
+        entry_point=f"{__name__}:FaultyCartPole",
         max_episode_steps=500,
         kwargs={"fault": _fault, "at_step": 30 if _fault.startswith("nan") else 100},
     )

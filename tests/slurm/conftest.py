@@ -124,6 +124,8 @@ def slurm_cluster() -> Iterator[Path]:
             mp.setenv("SLURM_CONF", str(conf))
         state = wait_idle(timeout_s=30)
         if state is None:
+            if os.environ.get("STAMPEDE_REQUIRE_SLURM") == "1":  # CI: a skip would hide a failure
+                pytest.fail(NOT_RUNNING)
             pytest.skip(NOT_RUNNING)
         if state != "idle":
             jobs = run_cmd(["squeue", "-h", "-o", "%i %P %T"]).stdout.strip().split("\n")

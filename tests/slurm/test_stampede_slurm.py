@@ -20,8 +20,13 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
-    "env=cartpole", "model=mlp", "runtime.num_actors=1", "runtime.envs_per_actor=4",
-    "runtime.batch_size=8", "logger.interval_s=1", "hydra.launcher.cpus_per_task=1",
+    "env=cartpole",
+    "model=mlp",
+    "runtime.num_actors=1",
+    "runtime.envs_per_actor=4",
+    "runtime.batch_size=8",
+    "logger.interval_s=1",
+    "hydra.launcher.cpus_per_task=1",
 ]
 DIGEST = re.compile(r"rank (\d+)/(\d+) done: updates=(\d+) frames=(\d+) parameter_digest=(\w+)")
 
@@ -29,9 +34,19 @@ DIGEST = re.compile(r"rank (\d+)/(\d+) done: updates=(\d+) frames=(\d+) paramete
 def multirun(sweep_dir: Path, *overrides: str, timeout: float = 200) -> subprocess.CompletedProcess:
     """`run.py --multirun infra=slurm ...`: submits, waits for the jobs, returns."""
     return subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), "--multirun", "infra=slurm", *TINY, *overrides,
-         f"hydra.sweep.dir={sweep_dir}"],
-        capture_output=True, text=True, timeout=timeout, cwd=sweep_dir.parent,
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "--multirun",
+            "infra=slurm",
+            *TINY,
+            *overrides,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=sweep_dir.parent,
     )
 
 
@@ -62,14 +77,16 @@ def test_two_job_multirun_completes(slurm: LocalSlurm, tmp_path: Path) -> None:
 
 def test_two_ranks_under_slurm_hold_identical_parameters(slurm: LocalSlurm, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    proc = multirun(sweep, "total_frames=12000", "logger.wandb.mode=offline",
-                    "hydra.launcher.tasks_per_node=2")
+    proc = multirun(
+        sweep, "total_frames=12000", "logger.wandb.mode=offline", "hydra.launcher.tasks_per_node=2"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run_dir] = job_dirs(sweep)
     found = DIGEST.findall(submitit_logs(sweep))
     assert sorted(int(rank) for rank, *_ in found) == [0, 1], found
-    assert {(world, updates, frames, digest) for _, world, updates, frames, digest in found} \
-        == {(found[0][1], found[0][2], found[0][3], found[0][4])}, found
+    assert {(world, updates, frames, digest) for _, world, updates, frames, digest in found} == {
+        (found[0][1], found[0][2], found[0][3], found[0][4])
+    }, found
     assert int(found[0][2]) > 0
     _assert_rank0_wrote_alone(run_dir, submitit_logs(sweep))
 
@@ -77,10 +94,22 @@ def test_two_ranks_under_slurm_hold_identical_parameters(slurm: LocalSlurm, tmp_
 def test_torchrun_two_ranks_hold_identical_parameters(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         str(ROOT / "run.py"), *TINY[:-1], "total_frames=12000", "logger.wandb.mode=offline",
-         f"hydra.run.dir={run_dir}"],
-        capture_output=True, text=True, timeout=200, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            str(ROOT / "run.py"),
+            *TINY[:-1],
+            "total_frames=12000",
+            "logger.wandb.mode=offline",
+            f"hydra.run.dir={run_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=tmp_path,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
@@ -102,9 +131,20 @@ def _assert_rank0_wrote_alone(run_dir: Path, output: str) -> None:
 def test_preempted_job_requeues_and_resumes(slurm: LocalSlurm, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     launcher = subprocess.Popen(
-        [sys.executable, str(ROOT / "run.py"), "--multirun", "infra=slurm", *TINY,
-         "total_frames=30000", "logger.wandb.mode=offline", f"hydra.sweep.dir={sweep}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "--multirun",
+            "infra=slurm",
+            *TINY,
+            "total_frames=30000",
+            "logger.wandb.mode=offline",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
     )
     try:
         deadline = time.monotonic() + 90
@@ -132,10 +172,11 @@ def test_preempted_job_requeues_and_resumes(slurm: LocalSlurm, tmp_path: Path) -
     assert frames == sorted(set(frames)), "duplicate or out-of-order metric steps"
     assert updates == sorted(set(updates))
     assert int(resumed.group(2)) >= max(r["env/frames"] for r in before)
-    after = rows[len(before):]
+    after = rows[len(before) :]
     assert after, "no metrics after the requeue"
     assert frames[-1] >= 30000
     assert (run_dir / WANDB_ID_FILE).read_text() == run_id
-    assert {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")} \
-        == {run_id.strip()}
+    assert {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")} == {
+        run_id.strip()
+    }
     print(json.dumps({"requeue_to_finish_s": round(time.monotonic() - preempted_at, 1)}))

@@ -27,7 +27,7 @@ from stampede.envs.vector import atari_spec, make_gym
 ALE_FRAMES_PER_SECOND = 60  # the Atari 2600's NTSC frame rate
 
 
-class AtariVideoEnv(gymnasium.Env[np.ndarray, int]):
+class AtariVideoEnv(gymnasium.Env[np.ndarray, np.int64]):
     """One Atari game, observations as ``AtariVecEnv`` gives them, RGB screens from ``render()``.
 
     obs: uint8 [frame_stack, screen_size, screen_size]; a game ends (``terminated``) at game over
@@ -62,7 +62,7 @@ class AtariVideoEnv(gymnasium.Env[np.ndarray, int]):
         restart_stack(self._stack, self._resize(self._raw))
         return self._stack.copy(), {}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: np.int64 | int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         outcome = self.game.step(int(action), self._raw)
         ended = outcome.game_over or outcome.truncated
         if not ended:  # at a game end the frame is stale (see AtariGame.step): keep the last one

@@ -1,0 +1,130 @@
+"""Experiments compose, take their games from stampede.atari57, and sweep as documented.
+
+The sweep expansion is Hydra's own (experiments/sweep_jobs.py): the experiment's
+``hydra.sweeper.params`` resolved as the basic sweeper gets them (instantiating it resolves
+interpolations), then its ``split_arguments``, which lists the jobs without launching any.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from stampede import analysis
+from stampede.atari57 import ATARI5, atari57
+from stampede.config import ResNetConfig, load_config
+from stampede.envs import atari_games
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sweep_jobs", ROOT / "experiments/sweep_jobs.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sweep_jobs(experiment: str, *command_line: str) -> list[dict[str, str]]:
+    """The swept overrides of every job `run.py --multirun +experiment=<experiment> ...` launches
+    (experiments/sweep_jobs.py, the dry run users have)."""
+    jobs = _load_script().sweep_jobs([f"+experiment={experiment}", *command_line])
+    return [dict(o.split("=", 1) for o in job if not o.startswith("+experiment=")) for job in jobs]
+
+
+def test_the_four_experiments_exist() -> None:
+    assert set(EXPERIMENTS) >= {"atari57", "atari57_sticky", "atari5", "pong_quick"}
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_is_global_and_never_says_where_to_run(experiment: str) -> None:
+    text = (CONF / "experiment" / f"{experiment}.yaml").read_text()
+    assert text.startswith("# @package _global_\n")
+    node = yaml.safe_load(text)
+    defaults = [str(entry) for entry in node.get("defaults", [])]
+    assert not any("infra" in entry or "launcher" in entry for entry in defaults)
+    assert "infra" not in node
+    assert "launcher" not in node.get("hydra", {})
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_composes_with_eval_at_end_and_wandb_tags(experiment: str) -> None:
+    cfg = load_config(CONF, [f"+experiment={experiment}", "seed=2"])
+    assert cfg.name == experiment
+    assert cfg.eval.at_end
+    assert cfg.logger.wandb.group == experiment
+    assert cfg.logger.wandb.tags == [experiment, cfg.env.game, "seed_2"]
+
+
+def test_atari57_is_the_papers_protocol() -> None:
+    cfg = load_config(CONF, ["+experiment=atari57", "env.game=breakout"])
+    assert isinstance(cfg.model, ResNetConfig)
+    assert cfg.total_frames == 200_000_000
+    e = cfg.env
+    assert (e.kind, e.game, e.noop_max, e.frame_skip, e.episodic_life) == (
+        "atari",
+        "breakout",
+        30,
+        4,
+        True,
+    )
+    assert (e.max_episode_frames, e.repeat_action_probability, e.full_action_space) == (
+        108_000,
+        0.0,
+        False,
+    )
+
+
+def test_sticky_differs_from_atari57_only_in_actions() -> None:
+    plain = load_config(CONF, ["+experiment=atari57"])
+    sticky = load_config(CONF, ["+experiment=atari57_sticky"])
+    assert (sticky.env.repeat_action_probability, sticky.env.full_action_space) == (0.25, True)
+    fields = ("model", "vtrace", "optim", "runtime", "total_frames", "eval")
+    assert all(getattr(plain, f) == getattr(sticky, f) for f in fields)
+
+
+def test_atari57_sweep_is_57_games_by_3_seeds() -> None:
+    jobs = sweep_jobs("atari57")
+    assert len(jobs) == 57 * 3
+    pairs = [(job["env.game"], int(job["seed"])) for job in jobs]
+    assert pairs == list(itertools.product(atari57(), [1, 2, 3]))
+
+
+def test_sticky_sweeps_the_same_jobs_as_atari57() -> None:
+    assert sweep_jobs("atari57_sticky") == sweep_jobs("atari57")
+
+
+def test_atari5_sweep_is_the_atari5_list() -> None:
+    jobs = sweep_jobs("atari5")
+    assert [(job["env.game"], int(job["seed"])) for job in jobs] == list(
+        itertools.product(ATARI5, [1, 2, 3])
+    )
+
+
+def test_command_line_narrows_the_sweep() -> None:
+    jobs = sweep_jobs("atari57", "env.game=pong,breakout", "seed=1")
+    assert jobs == [{"env.game": "pong", "seed": "1"}, {"env.game": "breakout", "seed": "1"}]
+
+
+def test_pong_quick_is_a_single_run() -> None:
+    assert sweep_jobs("pong_quick") == [{}]
+
+
+def test_every_swept_game_is_an_ale_game() -> None:
+    assert set(atari57()) <= set(atari_games())
+
+
+def test_games_resolver_values() -> None:
+    assert analysis.games_sweep("atari5") == ",".join(ATARI5)
+    assert analysis.games_sweep("atari57").split(",") == list(atari57())
+    with pytest.raises(ValueError, match="unknown game set 'atari100'"):
+        analysis.games("atari100")

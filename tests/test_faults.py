@@ -1,0 +1,257 @@
+"""Fault tolerance: actor failures, numerical faults, storage faults, secrets (issue: long runs)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from stampede import checkpoint
+from stampede.logging import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "model=mlp",
+    "runtime.num_actors=2",
+    "runtime.envs_per_actor=2",
+    "runtime.batch_size=4",
+    "runtime.unroll_length=10",
+    "logger.interval_s=1",
+    "logger.wandb.mode=disabled",
+]
+
+
+def run_py(
+    run_dir: Path, *overrides: str, timeout: float = 120, **kwargs
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={run_dir}", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=run_dir.parent,
+        **kwargs,
+    )
+
+
+def faulty(name: str) -> list[str]:
+    return ["env=gym", f"env.gym_id=stampede.testing:Stampede{name}-v0", *TINY]
+
+
+@pytest.mark.parametrize(
+    ("fault", "extra"),
+    [
+        ("Crash", []),
+        ("Segfault", []),
+        ("Hang", ["runtime.actor_timeout_s=2"]),
+    ],
+)
+def test_failed_actors_are_replaced_and_training_goes_on(
+    fault: str, extra: list[str], tmp_path: Path
+) -> None:
+    # Every new actor fails again after 100 env steps, so restarts outnumber the rollout slots
+    # (2 * 2 + 1 = 5): training finishing proves half-written slots are reclaimed.
+    run_dir = tmp_path / "run"
+    proc = run_py(
+        run_dir,
+        *faulty(fault),
+        *extra,
+        "runtime.max_actor_restarts=1000",
+        "total_frames=8000",
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_metrics(run_dir)
+    assert rows[-1]["env/frames"] >= 2000
+    assert rows[-1]["actors/restarts"] >= 6
+    log = (run_dir / "run.log").read_text()
+    assert "restarting actor" in log
+    if fault == "Hang":
+        assert "hung" in log
+
+
+def test_killed_actor_is_replaced(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            f"hydra.run.dir={run_dir}",
+            "env=cartpole",
+            *TINY,
+            "total_frames=100000000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(read_metrics(run_dir)) < 2:
+            assert time.monotonic() < deadline, "no metrics"
+            time.sleep(0.2)
+        actors = [
+            c
+            for c in psutil.Process(proc.pid).children(recursive=True)
+            if "spawn_main" in " ".join(c.cmdline())
+        ]
+        assert len(actors) >= 2
+        actors[0].kill()
+        while not read_metrics(run_dir)[-1].get("actors/restarts"):
+            assert time.monotonic() < deadline + 30, "the killed actor was not replaced"
+            time.sleep(0.2)
+        frames = read_metrics(run_dir)[-1]["env/frames"]
+        while read_metrics(run_dir)[-1]["env/frames"] <= frames:
+            assert time.monotonic() < deadline + 60, "training stalled after the restart"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_too_many_actor_failures_stop_with_the_traceback(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_py(run_dir, *faulty("Crash"), "runtime.max_actor_restarts=2", timeout=120)
+    assert proc.returncode == 1
+    assert "injected failure at step 100" in proc.stdout + proc.stderr
+    assert "runtime.max_actor_restarts=2" in proc.stdout + proc.stderr
+    assert checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir)) is not None
+
+
+def test_a_nan_update_is_skipped(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_py(run_dir, *faulty("NaNOnce"), "total_frames=4000")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_metrics(run_dir)
+    assert rows[-1]["env/frames"] >= 4000
+    assert rows[-1]["learner/skipped_updates"] >= 1
+    _, state = checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir))
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+def test_consecutive_nan_updates_stop_with_last_good_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_py(run_dir, *faulty("NaN"), "runtime.max_nonfinite_updates=3")
+    assert proc.returncode == 1
+    output = proc.stdout + proc.stderr
+    assert re.search(r"3 consecutive updates were skipped because loss/\w+ is nan", output), output
+    _, state = checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir))
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+    assert all(
+        torch.isfinite(t).all()
+        for s in state["optimizer"]["state"].values()
+        for t in s.values()
+        if isinstance(t, torch.Tensor)
+    )
+
+
+def test_unreadable_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path) -> None:
+    directory = tmp_path / "checkpoints"
+    for frames in (100, 200, 300, 400):
+        checkpoint.save(directory, frames, {"frames": frames, "w": torch.ones(3) * frames}, keep=3)
+    names = [p.name for p in checkpoint.list_checkpoints(directory)]
+    assert names == ["ckpt_000000000400.pt", "ckpt_000000000300.pt", "ckpt_000000000200.pt"]
+    newest = directory / names[0]
+    newest.write_bytes(newest.read_bytes()[:-10])  # torn write / bit rot
+    _, state = checkpoint.load_latest(directory)
+    assert state["frames"] == 300
+    assert newest.exists(), "the broken file must be left for inspection"
+    with pytest.raises(checkpoint.CheckpointError, match="checksum mismatch"):
+        checkpoint.load_file(newest)
+
+
+def test_resume_says_it_fell_back(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = ["env=cartpole", *TINY, "checkpointing.interval_s=1"]
+    assert run_py(run_dir, *args, "total_frames=6000").returncode == 0
+    assert run_py(run_dir, *args, "total_frames=9000").returncode == 0
+    found = checkpoint.list_checkpoints(checkpoint.checkpoint_dir(run_dir))
+    assert len(found) >= 2
+    found[0].write_bytes(b"garbage")
+    _, previous = checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir))
+    proc = run_py(run_dir, *args, "total_frames=12000")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = (run_dir / "run.log").read_text()
+    assert "skipping unreadable checkpoint" in log
+    assert f"frames={previous['frames']}" in log.split("skipping unreadable checkpoint")[-1]
+
+
+def test_checkpoint_cannot_run_code(tmp_path: Path) -> None:
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    directory = tmp_path / "checkpoints"
+    path = checkpoint.save(directory, 1, {"frames": 1}, keep=3)
+    path.write_bytes(pickle.dumps({"frames": Exploit()}))
+    digest = checkpoint._digest(path)
+    path.with_suffix(".sha256").write_text(f"{digest}  {path.name}\n")
+    with pytest.raises(checkpoint.CheckpointError, match="cannot be loaded safely"):
+        checkpoint.load_file(path)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_unwritable_run_directory_fails_before_training(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    started = time.monotonic()
+    proc = run_py(blocker / "run", "env=cartpole", *TINY)
+    assert proc.returncode == 2
+    assert time.monotonic() - started < 20
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "cannot write checkpoints" in lines[0]
+
+
+def test_disk_too_small_for_a_checkpoint_fails_before_training(tmp_path: Path) -> None:
+    def small_files() -> None:  # every file this process writes is capped at 200 KB
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    proc = run_py(tmp_path / "run", "env=atari", "model=resnet", *TINY[1:], preexec_fn=small_files)
+    assert proc.returncode == 2
+    assert "cannot write checkpoints" in proc.stderr
+    assert "MiB needed per checkpoint" in proc.stderr
+    assert not list((tmp_path / "run").glob("checkpoints/ckpt_*"))
+
+
+def test_no_secret_is_written_anywhere(tmp_path: Path) -> None:
+    secret = "sk-test-0123456789abcdef0123456789abcdef"
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "WANDB_API_KEY": secret, "STAMPEDE_SECRET": secret}
+    proc = run_py(
+        run_dir,
+        "env=cartpole",
+        *TINY[:-1],
+        "logger.wandb.mode=offline",
+        "total_frames=2000",
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".wandb" for p in files)
+    leaked = [p for p in files if secret.encode() in p.read_bytes()]
+    assert not leaked, leaked
+
+
+def test_no_shell_is_built_from_strings() -> None:
+    sources = list((ROOT / "src" / "stampede").rglob("*.py"))
+    for path in sources:
+        text = path.read_text()
+        for pattern in (
+            r"shell\s*=\s*True",
+            r"os\.system\(",
+            r"os\.popen\(",
+            r"(?<![.\w])eval\(",
+            r"(?<![.\w])exec\(",
+        ):
+            assert not re.search(pattern, text), f"{path}: {pattern}"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from stampede.config import (
@@ -119,13 +121,25 @@ BAD_INPUT = [
     (["env=cartpole", "model=shallow"], "model"),
     (["model=mlp"], "model"),
     (["--multirun", "seed=1,2", "env.game=pong,nope"], "env.game"),
+    (["env=gym", "env.gym_id=NoSuchEnv-v9", "model=mlp"], "env.gym_id"),
+    (["runtime.num_actors=0"], "runtime.num_actors"),
+    (["runtime.envs_per_actor=-2"], "runtime.envs_per_actor"),
+    pytest.param(
+        ["device=cuda"],
+        "device",
+        marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible"),
+    ),
+    (["logger.wandb.mode=online"], "logger.wandb.mode"),
+    (["hydra.run.dir=/dev/null/run"], "hydra.run.dir"),
 ]
 
 
-@pytest.mark.parametrize(("args", "key"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+@pytest.mark.parametrize(("args", "key"), BAD_INPUT)
 def test_bad_command_line_fails_fast_with_one_line(
     args: list[str], key: str, tmp_path: Path
 ) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
+    env["NETRC"] = str(tmp_path / "no-netrc")  # no W&B credentials for this test
     started = time.monotonic()
     proc = subprocess.run(
         [
@@ -136,6 +150,7 @@ def test_bad_command_line_fails_fast_with_one_line(
             f"hydra.run.dir={tmp_path}/run",
             f"hydra.sweep.dir={tmp_path}/sweep",
         ],
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,

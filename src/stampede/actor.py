@@ -9,10 +9,9 @@ started from, and hands the slot index to the learner.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import queue
 import signal
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,40 +78,31 @@ def _write(slot: dict[str, Tensor], t: int, step: _Step, action: Tensor, logits:
     slot["logits"][t].copy_(logits)
 
 
-@dataclass(frozen=True)
-class Channels:
-    """What the runner and its actor processes share (all picklable for ``spawn``).
-
-    ``holding[i]`` is the slot actor ``i`` is filling (-1 while it waits for one) and
-    ``taken_at[i]`` when it took it: the runner uses them to reclaim the half-written slot of a
-    dead actor (never learned from) and to spot a hung one.
-    """
-
-    free_queue: Any
-    full_queue: Any
-    errors: Any
-    version: Any  # multiprocessing.Value: the learner's update count
-    stop: Any  # multiprocessing.Event
-    holding: Tensor  # [num_actors] int64, shared memory
-    taken_at: Tensor  # [num_actors] float64, shared memory
-
-
-def run_actor(setup: ActorSetup, model: ActorCritic, buffers: RolloutBuffers, ch: Channels) -> None:
-    """Process entry point: report any exception with its traceback, then exit non-zero."""
+def run_actor(
+    setup: ActorSetup, model: ActorCritic, buffers: RolloutBuffers, conn: Any, version: Any
+) -> None:
+    """Process entry point. ``conn`` is this actor's own pipe to the runner: it receives slot
+    indices to fill (None: stop) and sends back ``("full", index)`` or ``("error", traceback)``.
+    A pipe per actor, and no lock shared between actors, means an actor killed at any instant
+    cannot leave a lock held that would stall the others. ``version`` is the learner's update
+    count (a lock-free shared integer)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner owns Ctrl-C and shuts us down
     try:
-        _rollouts(setup, model, buffers, ch)
+        _rollouts(setup, model, buffers, conn, version)
     except BaseException:
-        ch.errors.put((setup.actor_id, traceback.format_exc()))
+        with contextlib.suppress(OSError):
+            conn.send(("error", traceback.format_exc()))
         raise SystemExit(1) from None
 
 
-def _rollouts(setup: ActorSetup, model: ActorCritic, buffers: RolloutBuffers, ch: Channels) -> None:
+def _rollouts(
+    setup: ActorSetup, model: ActorCritic, buffers: RolloutBuffers, conn: Any, version: Any
+) -> None:
     torch.set_num_threads(setup.threads)
     env_seed, torch_seed = setup.seeds()
     torch.manual_seed(torch_seed)
     device = torch.device(setup.device)
-    E, T, me = setup.num_envs, setup.unroll_length, setup.actor_id
+    E, T = setup.num_envs, setup.unroll_length
     env = make_vec_env(num_envs=E, seed=env_seed, **setup.env_kwargs)
     try:
         step = _Step(env.reset(seed=env_seed), E)
@@ -120,14 +110,9 @@ def _rollouts(setup: ActorSetup, model: ActorCritic, buffers: RolloutBuffers, ch
         state = model.initial_state(E, device)
         state_before, (action, logits, state) = state, policy(step, state)
         parent = os.getppid()
-        while True:
-            index = _next_free(ch.free_queue, ch.stop, parent)
-            if index is None:
-                return
-            ch.taken_at[me] = time.time()
-            ch.holding[me] = index
+        while (index := _next_slot(conn, parent)) is not None:
             slot = buffers.slot(index)
-            slot["policy_version"].fill_(ch.version.value)
+            slot["policy_version"].fill_(version.value)
             for i, tensor in enumerate(state_before):
                 slot[f"core_state_{i}"].copy_(tensor)
             for t in range(T + 1):
@@ -142,21 +127,21 @@ def _rollouts(setup: ActorSetup, model: ActorCritic, buffers: RolloutBuffers, ch
                 step.episode_return = torch.from_numpy(result.episode_return)
                 step.episode_length = torch.from_numpy(result.episode_length)
                 state_before, (action, logits, state) = state, policy(step, state)
-            ch.holding[me] = -1  # before the hand-over: a slot is never both full and reclaimed
-            ch.full_queue.put(index)
+            conn.send(("full", index))
     finally:
         env.close()
 
 
-def _next_free(free_queue: Any, stop: Any, parent: int) -> int | None:
-    """The next free slot, or None when the run stops or the runner died (even by kill -9)."""
-    while not stop.is_set():
-        try:
-            return free_queue.get(timeout=1.0)  # None is the shutdown sentinel
-        except queue.Empty:
-            if os.getppid() != parent:
-                return None
-    return None
+def _next_slot(conn: Any, parent: int) -> int | None:
+    """The next slot to fill, or None when the runner says stop or is gone (even by kill -9)."""
+    while not conn.poll(1.0):
+        if os.getppid() != parent:
+            return None
+    try:
+        index = conn.recv()
+    except EOFError:
+        return None
+    return None if index is None else int(index)
 
 
 def _policy(
@@ -166,11 +151,14 @@ def _policy(
 
     @torch.inference_mode()
     def act(step: _Step, state: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+        # A non-finite reward from a faulty env must not stop the behaviour policy; the learner
+        # sees the raw value in the rollout and skips that update.
+        reward = clip_reward(torch.nan_to_num(step.reward, nan=0.0), reward_clip)
         # [E, ...] -> [1, E, ...]: a time axis of length one
         out = model(
             step.obs.to(device)[None],
             step.last_action.to(device)[None],
-            clip_reward(step.reward, reward_clip).to(device)[None],
+            reward.to(device)[None],
             step.done.to(device)[None],
             state,
         )

@@ -513,9 +513,11 @@ def explain(error: BaseException) -> str:
     from hydra.errors import MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
-    while error.__cause__ is not None and not isinstance(error, ConfigError):
-        if isinstance(error, MissingConfigException):
-            break
+    from stampede.envs import EnvError
+
+    # Hydra and OmegaConf wrap the error that names the key; ours (and the env's) already do.
+    ours = (ConfigError, EnvError, MissingConfigException)
+    while error.__cause__ is not None and not isinstance(error, ours):
         error = error.__cause__
     if isinstance(error, MissingConfigException) and error.options is not None:
         missing = (error.missing_cfg_file or "").strip("/")
@@ -528,6 +530,17 @@ def explain(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+def _check_directory(key: str, path: str) -> None:
+    """The run (or sweep) directory can be created: fail here rather than inside Hydra."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"{key}={path!r}: cannot create the run directory "
+            f"({error.strerror or error}); cannot write checkpoints there"
+        ) from None
+
+
 def check_command_line(argv: Sequence[str], conf_dir: Path, config_name: str = "config") -> None:
     """Compose and validate the config for the given command line before Hydra starts any job.
 
@@ -538,6 +551,9 @@ def check_command_line(argv: Sequence[str], conf_dir: Path, config_name: str = "
     if overrides is None or any(a in ("--help", "-h", "--hydra-help") for a in argv):
         return
     try:
+        for arg in argv:
+            if arg.startswith(("hydra.run.dir=", "hydra.sweep.dir=")):
+                _check_directory(*arg.split("=", 1))
         for job in _one_job_each(overrides):
             check_buildable(load_config(conf_dir, job, config_name))
     except Exception as error:  # any composition or validation failure is the user's to fix

@@ -1,36 +1,49 @@
-"""The actor processes of one learner: start, supervise, restart, stop.
+"""The actor processes of one learner: start, feed with free slots, supervise, restart, stop.
 
 A component failure should cost seconds, not the run. An actor that raises, segfaults, is
 killed, or holds a rollout slot longer than ``runtime.actor_timeout_s`` (hung) is replaced by a
-fresh process with fresh environments and new seeds, while the learner keeps training on the
-other actors' rollouts. The slot it was filling is put back on the free queue, so a
-half-written rollout is never learned from. More than ``runtime.max_actor_restarts`` restarts
+fresh process with fresh environments and new seeds while the learner keeps training on the
+other actors' rollouts. The slots it was given are put back with the free ones, so a
+half-written rollout is never learned from. More than ``runtime.max_actor_restarts`` failures
 within ``runtime.actor_restart_window_s`` stop the run with the last traceback.
+
+Each actor talks to the pool over its own pipe (see ``stampede.actor.run_actor``); the pool
+hands out free slots, at most ``SLOTS_PER_ACTOR`` at a time per actor, so it always knows which
+slots a failed actor held.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-import queue
 import time
 from collections import deque
 from collections.abc import Callable
+from multiprocessing.connection import wait
 from typing import Any
 
-import torch
-
-from stampede.actor import ActorSetup, Channels, run_actor
+from stampede.actor import ActorSetup, run_actor
 from stampede.buffers import RolloutBuffers
 from stampede.models import ActorCritic
 
 log = logging.getLogger("stampede")
 
+SLOTS_PER_ACTOR = 2  # one being filled, one queued, so an actor never waits for the learner
 _POLL_S = 0.5
 
 
 class ActorFailure(RuntimeError):
     """Actors failed more often than allowed; the message carries the last traceback."""
+
+
+@dataclasses.dataclass
+class _Actor:
+    process: Any
+    conn: Any  # the pool's end of this actor's pipe
+    assigned: deque[int]  # slots given to it, oldest (being filled) first
+    since: float  # when its oldest assigned slot started to be filled, or it was (re)started
+    error: str | None = None  # the traceback it sent, if it failed
 
 
 class ActorPool:
@@ -46,39 +59,46 @@ class ActorPool:
         restart_window_s: float,
         timeout_s: float,
     ) -> None:
-        n = len(setups)
         self.ctx, self.setups, self.model, self.buffers = ctx, setups, model, buffers
         self.max_restarts, self.window_s, self.timeout_s = max_restarts, restart_window_s, timeout_s
-        self.channels = Channels(
-            free_queue=ctx.Queue(),
-            full_queue=ctx.Queue(),
-            errors=ctx.Queue(),
-            version=ctx.Value("q", version, lock=False),
-            stop=ctx.Event(),
-            holding=torch.full((n,), -1, dtype=torch.int64).share_memory_(),
-            taken_at=torch.zeros(n, dtype=torch.float64).share_memory_(),
-        )
-        for index in range(buffers.num_slots):
-            self.channels.free_queue.put(index)
-        self.processes: list[Any] = [None] * n
+        self.version = ctx.Value("q", version, lock=False)
+        self.free: deque[int] = deque(range(buffers.num_slots))
+        self.actors: list[_Actor] = []
         self.restarts = 0
         self.recent: deque[float] = deque()
-        self.tracebacks: dict[int, str] = {}
         self.last_check = time.monotonic()
 
     def start(self) -> None:
         for actor_id in range(len(self.setups)):
-            self._spawn(actor_id)
+            self.actors.append(self._spawn(actor_id))
+        self._hand_out()
 
-    def _spawn(self, actor_id: int) -> None:
+    def _spawn(self, actor_id: int) -> _Actor:
+        ours, theirs = self.ctx.Pipe(duplex=True)
         process = self.ctx.Process(
             target=run_actor,
             name=f"actor-{actor_id}",
             daemon=True,
-            args=(self.setups[actor_id], self.model, self.buffers, self.channels),
+            args=(self.setups[actor_id], self.model, self.buffers, theirs, self.version),
         )
         process.start()
-        self.processes[actor_id] = process
+        theirs.close()
+        return _Actor(process, ours, deque(), time.monotonic())
+
+    def _hand_out(self) -> None:
+        """Give free slots to actors with fewer than SLOTS_PER_ACTOR, least loaded first."""
+        while self.free:
+            actor = min(self.actors, key=lambda a: len(a.assigned))
+            if len(actor.assigned) >= SLOTS_PER_ACTOR:
+                return
+            index = self.free.popleft()
+            if not actor.assigned:
+                actor.since = time.monotonic()
+            actor.assigned.append(index)
+            try:
+                actor.conn.send(index)
+            except OSError:  # it died: supervise() reclaims its slots
+                continue
 
     # ------------------------------------------------------------------ slots
 
@@ -87,58 +107,66 @@ class ActorPool:
         while not stopping():
             if time.monotonic() - self.last_check >= _POLL_S:
                 self.supervise()
-            try:
-                return int(self.channels.full_queue.get(timeout=_POLL_S))
-            except queue.Empty:
-                continue
+            ready = wait([a.conn for a in self.actors], timeout=_POLL_S)
+            for actor in [a for a in self.actors if a.conn in ready]:
+                try:
+                    kind, payload = actor.conn.recv()
+                except (EOFError, OSError):
+                    continue  # the process died; supervise() replaces it
+                if kind == "error":
+                    actor.error = str(payload)
+                    continue
+                actor.assigned.remove(payload)
+                actor.since = time.monotonic()
+                return int(payload)
         return None
 
     def release(self, index: int) -> None:
-        self.channels.free_queue.put(index)
+        """A slot the learner has copied out is free again."""
+        self.free.append(index)
+        self._hand_out()
 
     def set_version(self, version: int) -> None:
-        self.channels.version.value = version
+        self.version.value = version
 
     # -------------------------------------------------------------- supervision
 
     def supervise(self) -> None:
-        """Restart dead or hung actors; raise ActorFailure past the restart budget."""
+        """Replace dead or hung actors; raise ActorFailure past the restart budget."""
         self.last_check = time.monotonic()
-        self._drain_errors()
-        now = time.time()
-        for actor_id, process in enumerate(self.processes):
-            taken = float(self.channels.taken_at[actor_id])
-            hung = int(self.channels.holding[actor_id]) >= 0 and now - taken > self.timeout_s
-            if process.exitcode is None and not hung:
+        for actor_id, actor in enumerate(self.actors):
+            hung = bool(actor.assigned) and self.last_check - actor.since > self.timeout_s
+            if actor.process.exitcode is None and not hung:
                 continue
             if hung:
-                self.tracebacks.setdefault(
-                    actor_id,
-                    f"actor {actor_id} hung: no rollout for {now - taken:.0f} s "
-                    f"(runtime.actor_timeout_s={self.timeout_s:g})",
+                reason = (
+                    f"actor {actor_id} hung: no rollout for {self.last_check - actor.since:.0f}"
+                    f" s (runtime.actor_timeout_s={self.timeout_s:g})"
                 )
-                process.kill()
-            process.join()
-            time.sleep(0.05)  # a dying actor's traceback may still be in flight
-            self._drain_errors()
-            reason = self.tracebacks.pop(
-                actor_id, f"actor {actor_id} died with exit code {process.exitcode}"
+                actor.process.kill()
+            actor.process.join()
+            reason = self._last_words(actor) or (
+                reason if hung else f"actor {actor_id} died with exit code {actor.process.exitcode}"
             )
             self._replace(actor_id, reason)
 
-    def _drain_errors(self) -> None:
-        while True:
-            try:
-                actor_id, trace = self.channels.errors.get_nowait()
-            except queue.Empty:
-                return
-            self.tracebacks[actor_id] = trace
+    @staticmethod
+    def _last_words(actor: _Actor) -> str | None:
+        """The traceback a failing actor sent before it exited, if any."""
+        error = actor.error
+        try:
+            while actor.conn.poll():
+                kind, payload = actor.conn.recv()
+                if kind == "error":
+                    error = payload
+        except (EOFError, OSError):
+            pass
+        return error
 
     def _replace(self, actor_id: int, reason: str) -> None:
-        held = int(self.channels.holding[actor_id])
-        if held >= 0:  # its half-written rollout goes back unused
-            self.channels.holding[actor_id] = -1
-            self.channels.free_queue.put(held)
+        old = self.actors[actor_id]
+        old.conn.close()
+        self.free.extend(old.assigned)  # its half-written rollouts go back unused
         now = time.monotonic()
         self.recent.append(now)
         while self.recent and now - self.recent[0] > self.window_s:
@@ -157,20 +185,20 @@ class ActorPool:
         )
         setup = self.setups[actor_id]
         self.setups[actor_id] = dataclasses.replace(setup, restart=setup.restart + 1)
-        self._spawn(actor_id)
+        self.actors[actor_id] = self._spawn(actor_id)
+        self._hand_out()
 
     # -------------------------------------------------------------------- stop
 
     def stop(self) -> None:
-        """Ask every actor to stop, wait a little, then kill stragglers."""
-        self.channels.stop.set()
-        for _ in self.processes:
-            self.channels.free_queue.put(None)
+        """Tell every actor to stop, wait a little, then kill stragglers."""
+        for actor in self.actors:
+            with contextlib.suppress(OSError):
+                actor.conn.send(None)
         deadline = time.time() + 5.0
-        for process in self.processes:
-            if process is None:
-                continue
-            process.join(timeout=max(0.0, deadline - time.time()))
-            if process.is_alive():
-                process.kill()
-                process.join()
+        for actor in self.actors:
+            actor.process.join(timeout=max(0.0, deadline - time.time()))
+            if actor.process.is_alive():
+                actor.process.kill()
+                actor.process.join()
+            actor.conn.close()

@@ -43,6 +43,7 @@ CONFIG_FILE = "config.yaml"
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+_STOPPED = "stopped"  # the batch thread's last item
 
 
 class NumericalFailure(RuntimeError):
@@ -269,12 +270,15 @@ class Trainer:
                 for _ in range(r.slots_per_batch):
                     index = pool.next_full_slot(stopping)
                     if index is None:
-                        return
+                        break
                     indices.append(index)
+                if len(indices) < r.slots_per_batch:
+                    break
                 batch = self.buffers.gather(indices, self.device)
                 for index in indices:
                     pool.release(index)
                 out.put(batch)
+            out.put(_STOPPED)  # wakes the main loop if it is waiting for a batch
         except BaseException as error:  # handed to the main thread, which re-raises it
             out.put(error)
 
@@ -357,6 +361,8 @@ class Trainer:
             item = batches.get()
             if isinstance(item, BaseException):
                 raise item
+            if item is _STOPPED:
+                break
             metrics = self.learner.update(item, self.frames)
             self._publish(pool)
             self.frames += self.frames_per_update

@@ -63,7 +63,7 @@ def env_only_fps(cfg: Config, seconds: float) -> float:
     kwargs = dataclasses.asdict(cfg.env)
     procs = [
         ctx.Process(target=_step_randomly, args=(kwargs, r.envs_per_actor, i, seconds, out))
-        for i in range(r.num_actors)
+        for i in range(r.actors)
     ]
     for p in procs:
         p.start()
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"machine: {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, "
         f"device {cfg.torch_device}; env {cfg.env.name} ({cfg.env.backend}), model "
-        f"{cfg.model._target_.rsplit('.', 1)[-1]}, {r.num_actors} actors x {r.envs_per_actor} "
+        f"{cfg.model._target_.rsplit('.', 1)[-1]}, {r.actors} actors x {r.envs_per_actor} "
         f"envs, batch {r.batch_size} x unroll {r.unroll_length}; {args.seconds:.0f} s each"
     )
     env_fps = env_only_fps(cfg, args.seconds)

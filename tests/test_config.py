@@ -122,7 +122,7 @@ BAD_INPUT = [
     (["model=mlp"], "model"),
     (["--multirun", "seed=1,2", "env.game=pong,nope"], "env.game"),
     (["env=gym", "env.gym_id=NoSuchEnv-v9", "model=mlp"], "env.gym_id"),
-    (["runtime.num_actors=0"], "runtime.num_actors"),
+    (["runtime.num_actors=-1"], "runtime.num_actors"),
     (["runtime.envs_per_actor=-2"], "runtime.envs_per_actor"),
     pytest.param(
         ["device=cuda"],

@@ -228,8 +228,8 @@ class RuntimeConfig:
     fills one rollout slot of shape [unroll_length + 1, envs_per_actor]; the learner takes
     ``batch_size / envs_per_actor`` slots per update."""
 
-    num_actors: int = 4
-    envs_per_actor: int = 8
+    num_actors: int = 0  # 0 = one actor process per CPU core
+    envs_per_actor: int = 16
     batch_size: int = 32
     unroll_length: int = 20
     num_buffers: int = 0  # rollout slots; 0 = 2 per actor plus one batch
@@ -241,7 +241,13 @@ class RuntimeConfig:
     max_nonfinite_updates: int = 10  # consecutive skipped (NaN/inf) updates that stop the run
 
     def __post_init__(self) -> None:
-        for key in ("num_actors", "envs_per_actor", "batch_size", "unroll_length"):
+        _require(
+            self.num_actors >= 0,
+            "runtime.num_actors",
+            self.num_actors,
+            "a positive integer, or 0 for one per CPU core",
+        )
+        for key in ("envs_per_actor", "batch_size", "unroll_length"):
             _positive_int(f"runtime.{key}", getattr(self, key))
         if self.batch_size % self.envs_per_actor:
             raise ConfigError(
@@ -275,7 +281,12 @@ class RuntimeConfig:
 
     @property
     def buffer_slots(self) -> int:
-        return self.num_buffers or 2 * self.num_actors + self.slots_per_batch
+        return self.num_buffers or 2 * self.actors + self.slots_per_batch
+
+    @property
+    def actors(self) -> int:
+        """Actor processes: ``num_actors``, or one per CPU core when it is 0."""
+        return self.num_actors or max(1, os.cpu_count() or 1)
 
 
 # ------------------------------------------------------------------------- logger / checkpoints

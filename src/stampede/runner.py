@@ -243,7 +243,7 @@ class Trainer:
                 device=str(self.device),
                 threads=r.actor_threads,
             )
-            for i in range(r.num_actors)
+            for i in range(r.actors)
         ]
         pool = ActorPool(
             _actor_context(),
@@ -297,7 +297,7 @@ class Trainer:
             cfg.env.name,
             cfg.model._target_.rsplit(".", 1)[-1],
             self.device,
-            cfg.runtime.num_actors,
+            cfg.runtime.actors,
             cfg.runtime.envs_per_actor,
             self.rank.rank,
             self.rank.world_size,

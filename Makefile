@@ -9,7 +9,7 @@ TORCH_CONSTRAINT ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,-c constrai
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint format train bench clean
+.PHONY: help install test test-slow test-slurm lint format train bench clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-10s\033[0m %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ test: install ## Run the test suite (slow tests excluded)
 
 test-slow: install ## Run only the slow tests (learning to threshold, soak)
 	$(PY) -m pytest -m slow $(ARGS)
+
+test-slurm: install ## Run the SLURM tests (needs scripts/local_slurm.sh start)
+	$(PY) -m pytest -m slurm $(ARGS)
 
 lint: install ## ruff (lint + format check) and mypy on src/stampede
 	$(VENV)/bin/ruff check .

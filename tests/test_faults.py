@@ -170,13 +170,13 @@ def test_unreadable_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path)
 def test_resume_says_it_fell_back(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = ["env=cartpole", *TINY, "checkpointing.interval_s=1"]
-    assert run_py(run_dir, *args, "total_frames=6000").returncode == 0
-    assert run_py(run_dir, *args, "total_frames=9000").returncode == 0
+    assert run_py(run_dir, *args, "total_frames=2000").returncode == 0
+    assert run_py(run_dir, *args, "total_frames=4000").returncode == 0
     found = checkpoint.list_checkpoints(checkpoint.checkpoint_dir(run_dir))
     assert len(found) >= 2
     found[0].write_bytes(b"garbage")
     _, previous = checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir))
-    proc = run_py(run_dir, *args, "total_frames=12000")
+    proc = run_py(run_dir, *args, "total_frames=6000")
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = (run_dir / "run.log").read_text()
     assert "skipping unreadable checkpoint" in log

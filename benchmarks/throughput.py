@@ -34,7 +34,6 @@ from stampede.config import Config, load_config
 from stampede.envs import env_spec, make_vec_env
 from stampede.learner import Learner
 from stampede.logging import read_metrics
-from stampede.optim import build_optimizer
 from stampede.runner import Trainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -76,23 +75,12 @@ def env_only_fps(cfg: Config, seconds: float) -> float:
 
 def learner_only(cfg: Config, seconds: float) -> tuple[float, float]:
     """(updates/s, frames/s) of the learner alone on synthetic batches of the configured shape."""
-    r, o = cfg.runtime, cfg.optim
+    r = cfg.runtime
     spec = env_spec(**dataclasses.asdict(cfg.env))
     from stampede.config import model_factory
 
     model = model_factory(cfg.model, spec.obs_shape, spec.num_actions)().to(cfg.torch_device)
-    optimizer = build_optimizer(
-        model.parameters(),
-        o.name,
-        o.lr,
-        eps=o.eps,
-        alpha=o.alpha,
-        momentum=o.momentum,
-        tf_style=o.tf_style,
-        betas=o.betas,
-        weight_decay=o.weight_decay,
-    )
-    learner = Learner(model, optimizer, cfg.vtrace, cfg.optim, cfg.total_frames)
+    learner = Learner(model, cfg.vtrace, cfg.optim, cfg.total_frames)
     core = [tuple(t.shape) for t in model.initial_state(r.batch_size)]
     batch = {}
     for name, field in rollout_spec(spec, r.unroll_length, r.batch_size, core).items():

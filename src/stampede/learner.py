@@ -18,23 +18,33 @@ from stampede.actor import clip_reward
 from stampede.config import OptimConfig, VTraceConfig
 from stampede.losses import impala_loss
 from stampede.models import ActorCritic
-from stampede.optim import linear_lr
+from stampede.optim import build_optimizer, linear_lr
 
 
 class Learner:
-    """Owns the model and the optimizer; ``update`` does one step on a [T + 1, B] batch."""
+    """Owns the model and its optimizer; ``update`` does one step on a [T + 1, B] batch."""
 
     def __init__(
         self,
         model: ActorCritic,
-        optimizer: torch.optim.Optimizer,
         vtrace: VTraceConfig,
         optim: OptimConfig,
         total_frames: int,
         reduce_gradients: Callable[[list[Tensor]], None] | None = None,
     ) -> None:
         self.model = model
-        self.optimizer = optimizer
+        o = optim
+        self.optimizer = build_optimizer(
+            model.parameters(),
+            o.name,
+            o.lr,
+            eps=o.eps,
+            alpha=o.alpha,
+            momentum=o.momentum,
+            tf_style=o.tf_style,
+            betas=o.betas,
+            weight_decay=o.weight_decay,
+        )
         self.vtrace = vtrace
         self.optim = optim
         self.total_frames = total_frames

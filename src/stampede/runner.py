@@ -34,7 +34,6 @@ from stampede.envs import EnvSpec, env_spec
 from stampede.learner import Learner
 from stampede.logging import MetricLogger
 from stampede.models import ActorCritic
-from stampede.optim import build_optimizer
 from stampede.pool import ActorFailure, ActorPool
 
 log = logging.getLogger("stampede")
@@ -117,22 +116,9 @@ class Trainer:
         self.spec = env_spec(**dataclasses.asdict(cfg.env))
         self.make_model = model_factory(cfg.model, self.spec.obs_shape, self.spec.num_actions)
         self.model: ActorCritic = self.make_model().to(self.device)
-        o = cfg.optim
-        self.optimizer = build_optimizer(
-            self.model.parameters(),
-            o.name,
-            o.lr,
-            eps=o.eps,
-            alpha=o.alpha,
-            momentum=o.momentum,
-            tf_style=o.tf_style,
-            betas=o.betas,
-            weight_decay=o.weight_decay,
-        )
         reduce = distributed.average_gradients if self.rank.distributed else None
         self.learner = Learner(
             self.model,
-            self.optimizer,
             cfg.vtrace,
             cfg.optim,
             cfg.total_frames,
@@ -163,7 +149,7 @@ class Trainer:
     def _state(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.learner.optimizer.state_dict(),
             "frames": self.frames,
             "updates": self.updates,
             "generation": self.generation,
@@ -198,7 +184,7 @@ class Trainer:
             )
         try:
             self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.learner.optimizer.load_state_dict(state["optimizer"])
         except (KeyError, RuntimeError, ValueError) as error:
             raise checkpoint.CheckpointError(f"{path}: cannot restore: {error}") from None
         self.frames, self.updates = int(state["frames"]), int(state["updates"])

@@ -131,13 +131,47 @@ BAD_INPUT = [
     ),
     (["logger.wandb.mode=online"], "logger.wandb.mode"),
     (["hydra.run.dir=/dev/null/run"], "hydra.run.dir"),
+    # a run directory whose checkpoint is from another network (see the trained_run fixture)
+    (
+        ["env=cartpole", "model=mlp", "model.hidden_sizes=[32]", "hydra.run.dir={trained_run}"],
+        "another model or env",
+    ),
 ]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory holding a checkpoint of a tiny CartPole MLP (hidden sizes 64, 64)."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "debug=fast",
+            "env=cartpole",
+            "model=mlp",
+            "total_frames=500",
+            f"hydra.run.dir={run_dir}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return run_dir
 
 
 @pytest.mark.parametrize(("args", "key"), BAD_INPUT)
 def test_bad_command_line_fails_fast_with_one_line(
-    args: list[str], key: str, tmp_path: Path
+    args: list[str], key: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    if any("{trained_run}" in a for a in args):
+        run_dir = request.getfixturevalue("trained_run")
+        args = [a.format(trained_run=run_dir) for a in args]
+    dirs = (
+        []
+        if any(a.startswith("hydra.run.dir=") for a in args)
+        else [f"hydra.run.dir={tmp_path}/run"]
+    )
     env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
     env["NETRC"] = str(tmp_path / "no-netrc")  # no W&B credentials for this test
     started = time.monotonic()
@@ -147,7 +181,7 @@ def test_bad_command_line_fails_fast_with_one_line(
             str(ROOT / "run.py"),
             "env=pong",
             *args,
-            f"hydra.run.dir={tmp_path}/run",
+            *dirs,
             f"hydra.sweep.dir={tmp_path}/sweep",
         ],
         env=env,

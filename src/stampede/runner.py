@@ -176,11 +176,16 @@ class Trainer:
         if found is None:
             return
         path, state = found
-        expected = fingerprint(self.cfg, self.spec)
-        if state.get("fingerprint") != expected:
+        expected, written = fingerprint(self.cfg, self.spec), state.get("fingerprint") or {}
+        if written != expected:
+            diff = "; ".join(
+                f"{k}: checkpoint {written.get(k)!r}, this run {v!r}"
+                for k, v in expected.items()
+                if written.get(k) != v
+            )
             raise checkpoint.CheckpointError(
-                f"{path} does not fit this run: it was written for {state.get('fingerprint')}, "
-                f"this run is {expected}; use another run directory (hydra.run.dir=...)"
+                f"{path} was written for another model or env ({diff}); resume with the same "
+                f"config or use another run directory (hydra.run.dir=...)"
             )
         try:
             self.model.load_state_dict(state["model"])

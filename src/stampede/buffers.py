@@ -58,6 +58,13 @@ def rollout_spec(
     return spec
 
 
+def core_state(fields: dict[str, Tensor]) -> tuple[Tensor, ...]:
+    """The LSTM state stored in a slot or batch (``core_state_0``, ``core_state_1``, ...)."""
+    return tuple(
+        fields[f"core_state_{i}"] for i in range(sum(k.startswith("core_state_") for k in fields))
+    )
+
+
 class RolloutBuffers:
     """``num_slots`` rollout slots in shared memory, one tensor per field: ``[num_slots, ...]``."""
 
@@ -71,10 +78,6 @@ class RolloutBuffers:
     def slot(self, index: int) -> dict[str, Tensor]:
         """Views of one slot (writes go straight to shared memory)."""
         return {name: t[index] for name, t in self.tensors.items()}
-
-    @property
-    def num_core_tensors(self) -> int:
-        return sum(name.startswith("core_state_") for name in self.tensors)
 
     def gather(self, indices: Sequence[int], device: torch.device) -> dict[str, Tensor]:
         """A learner batch from several slots: time-major fields become [T + 1, S * E, ...]."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from stampede import buffers
 from stampede.actor import clip_reward
 from stampede.config import OptimConfig, VTraceConfig
 from stampede.losses import impala_loss
@@ -57,7 +58,7 @@ class Learner:
     def update(self, batch: dict[str, Tensor], frames: int) -> dict[str, float]:
         """One optimizer step on a batch whose time-major fields are [T + 1, B, ...]."""
         v = self.vtrace
-        core_state = tuple(batch[f"core_state_{i}"] for i in range(self._num_core(batch)))
+        core_state = buffers.core_state(batch)
         out = self.model(
             batch["obs"],
             batch["last_action"],
@@ -115,7 +116,3 @@ class Learner:
         if not math.isfinite(grad_norm):
             return f"the gradient norm is {grad_norm}"
         return ""
-
-    @staticmethod
-    def _num_core(batch: dict[str, Tensor]) -> int:
-        return sum(key.startswith("core_state_") for key in batch)

@@ -7,9 +7,12 @@ PY := $(VENV)/bin/python
 # machine gets pip's default (CUDA) build. Override with `make install TORCH_CONSTRAINT=`.
 TORCH_CONSTRAINT ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,-c constraints/cpu.txt)
 ARGS ?=
+GAME ?= pong
+FRAMES ?= 10000000
+LABEL ?= defaults
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-slurm lint format train bench clean
+.PHONY: help install test test-slow test-slurm lint format train bench learn clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-10s\033[0m %s\n", $$1, $$2}'
@@ -44,6 +47,9 @@ train: install ## Train the default agent (Pong, shallow net); extra overrides v
 
 bench: install ## Throughput benchmark: full loop vs env-only and learner-only ceilings
 	$(PY) benchmarks/throughput.py $(ARGS)
+
+learn: install ## Learning benchmark: train GAME for FRAMES, write its curve to docs/learning/
+	$(PY) benchmarks/learning.py --game $(GAME) --frames $(FRAMES) --label $(LABEL) -- $(ARGS)
 
 clean: ## Remove caches (keeps .venv, runs/ and multirun/)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from stampede.config import (
     Config,
     ConfigError,
+    OptimConfig,
     RuntimeConfig,
     VTraceConfig,
     register_configs,
@@ -35,26 +36,34 @@ def composed(*overrides: str) -> Config:
         return to_config(compose(config_name="config", overrides=list(overrides)))
 
 
-def test_defaults_are_the_papers_atari_settings() -> None:
+def test_defaults_are_the_documented_atari_settings() -> None:
+    """The defaults of README's "Defaults and the paper's recipe" (docs/learning.md)."""
     cfg = composed()
     assert (cfg.env.kind, cfg.env.game, cfg.model._target_) == (
         "atari",
         "pong",
         "stampede.models.AtariNet",
     )
-    assert (cfg.runtime.unroll_length, cfg.runtime.batch_size) == (20, 32)
+    r = cfg.runtime
+    assert (r.unroll_length, r.batch_size, r.envs_per_actor, r.prefetch) == (32, 32, 8, False)
     v = cfg.vtrace
     assert (v.discount, v.entropy_cost, v.baseline_cost, v.reward_clip) == (0.99, 0.01, 0.5, 1.0)
-    o = cfg.optim
-    assert (o.name, o.tf_style, o.lr, o.momentum, o.eps, o.alpha, o.grad_clip, o.anneal_lr) == (
-        "rmsprop",
+    assert (v.rho_bar, v.c_bar, v.lambda_, v.pg_clip, v.normalize_advantages) == (
+        1.0,
+        1.0,
+        0.95,
+        0.1,
         True,
-        6e-4,
-        0.0,
-        0.01,
-        0.99,
+    )
+    o = cfg.optim
+    assert (o.name, o.lr, o.eps, o.grad_clip, o.anneal_lr, o.epochs, o.minibatches) == (
+        "adam",
+        2.5e-4,
+        1e-5,
         40.0,
         True,
+        4,
+        4,
     )
     assert cfg.total_frames == 200_000_000
     assert (cfg.env.noop_max, cfg.env.frame_skip, cfg.env.frame_stack) == (30, 4, 4)
@@ -100,6 +109,8 @@ def test_derived_values_are_properties() -> None:
             "runtime.unroll_length must be a positive integer",
         ),
         (lambda: RuntimeConfig(num_actors=-1), "runtime.num_actors must be a positive integer"),
+        (lambda: VTraceConfig(pg_clip=1.0), "vtrace.pg_clip must be in [0, 1"),
+        (lambda: OptimConfig(epochs=0), "optim.epochs must be a positive integer"),
     ],
 )
 def test_cross_field_checks_name_the_key(build, message: str) -> None:
@@ -124,6 +135,10 @@ BAD_INPUT = [
     (["env=gym", "env.gym_id=NoSuchEnv-v9", "model=mlp"], "env.gym_id"),
     (["runtime.num_actors=-1"], "runtime.num_actors"),
     (["runtime.envs_per_actor=-2"], "runtime.envs_per_actor"),
+    (["runtime.envs_per_actor=2", "runtime.batch_size=2"], "optim.minibatches"),
+    (["vtrace.pg_clip=1.5"], "vtrace.pg_clip"),
+    (["optim.epochs=0"], "optim.epochs"),
+    (["mode=eval", "checkpoint=does/not/exist"], "checkpoint='does/not/exist'"),
     pytest.param(
         ["device=cuda"],
         "device",

@@ -255,6 +255,7 @@ def test_mode_eval_on_a_trained_pong_run_prints_stats_and_writes_video(tmp_path:
         "runtime.num_actors=1",
         "runtime.envs_per_actor=2",
         "runtime.batch_size=2",
+        "optim.minibatches=1",
         "runtime.unroll_length=20",
         "logger.wandb.mode=disabled",
         "logger.progress=false",

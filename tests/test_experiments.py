@@ -115,6 +115,26 @@ def test_command_line_narrows_the_sweep() -> None:
     assert jobs == [{"env.game": "pong", "seed": "1"}, {"env.game": "breakout", "seed": "1"}]
 
 
+def test_impala_paper_is_the_papers_recipe_whatever_the_defaults() -> None:
+    cfg = load_config(CONF, ["+experiment=impala_paper"])
+    o, v, r = cfg.optim, cfg.vtrace, cfg.runtime
+    assert (o.name, o.tf_style, o.lr, o.eps, o.alpha, o.momentum) == (
+        "rmsprop",
+        True,
+        0.0006,
+        0.01,
+        0.99,
+        0.0,
+    )
+    assert (o.grad_clip, o.anneal_lr, o.epochs, o.minibatches) == (40.0, True, 1, 1)
+    assert r.prefetch
+    assert (v.discount, v.rho_bar, v.c_bar, v.pg_rho_bar, v.lambda_) == (0.99, 1.0, 1.0, 1.0, 1.0)
+    assert (v.baseline_cost, v.entropy_cost, v.reward_clip) == (0.5, 0.01, 1.0)
+    assert (v.normalize_advantages, v.pg_clip) == (False, 0.0)
+    assert (r.batch_size, r.unroll_length) == (32, 20)
+    assert sweep_jobs("impala_paper") == [{}]
+
+
 def test_pong_quick_is_a_single_run() -> None:
     assert sweep_jobs("pong_quick") == [{}]
 

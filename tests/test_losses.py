@@ -59,6 +59,40 @@ def test_policy_gradient_loss_by_hand():
     torch.testing.assert_close(logits.grad, torch.tensor([[[1.0, -1.0]]], dtype=f64))
 
 
+def test_clipped_pg_at_the_anchor_has_the_plain_pg_gradient(gen):
+    logits = randn(gen, T, B, A, requires_grad=True)
+    actions = torch.randint(0, A, (T, B), generator=gen)
+    advantages = randn(gen, T, B)
+    losses.clipped_policy_gradient_loss(logits, logits, actions, advantages, 0.1).backward()
+    clipped_grad = logits.grad.clone()
+    logits.grad = None
+    losses.policy_gradient_loss(logits, actions, advantages).backward()
+    torch.testing.assert_close(clipped_grad, logits.grad)
+
+
+def test_clipped_pg_by_hand():
+    # Two actions; the anchor had pi_0(a=1) = 0.5. Now pi(1) = sigmoid(1) = 0.731: r = 1.462.
+    logits = torch.tensor([[[0.0, 1.0]]], dtype=f64, requires_grad=True)
+    anchor = torch.zeros(1, 1, 2, dtype=f64)
+    action = torch.tensor([[1]])
+    r = 2 * torch.sigmoid(torch.tensor(1.0, dtype=f64)).item()
+    # A = +2: min(r * 2, 1.2 * 2) = 2.4, clipped, so no gradient (no push beyond 1 + clip).
+    loss = losses.clipped_policy_gradient_loss(logits, anchor, action, torch.tensor([[2.0]]), 0.2)
+    assert loss.item() == pytest.approx(-2.4)
+    loss.backward()
+    torch.testing.assert_close(logits.grad, torch.zeros(1, 1, 2, dtype=f64))
+    # A = -2: min(-2 r, -2.4) = -2 r, unclipped: the gradient pulls pi(1) back down.
+    logits.grad = None
+    loss = losses.clipped_policy_gradient_loss(logits, anchor, action, torch.tensor([[-2.0]]), 0.2)
+    assert loss.item() == pytest.approx(2 * r)
+    loss.backward()
+    # d(2 r)/dlogits = 2 r (onehot(1) - pi) = 2 r [-(1 - p), 1 - p], p = pi(1).
+    p = r / 2
+    torch.testing.assert_close(
+        logits.grad, torch.tensor([[[-2 * r * (1 - p), 2 * r * (1 - p)]]], dtype=f64)
+    )
+
+
 def test_baseline_loss_value_and_gradient(gen):
     values = randn(gen, T, B, requires_grad=True)
     targets = randn(gen, T, B, requires_grad=True)
@@ -107,7 +141,7 @@ COSTS = {
 
 def test_impala_loss_composes_the_parts(gen):
     inputs = impala_inputs(gen, requires_grad=False)
-    total, metrics = losses.impala_loss(**inputs, **COSTS)
+    total, metrics, _ = losses.impala_loss(**inputs, **COSTS)
 
     vt = vtrace.from_logits(
         inputs["behaviour_logits"],
@@ -134,6 +168,11 @@ def test_impala_loss_composes_the_parts(gen):
         "loss/total",
         "vtrace/rho_mean",
         "vtrace/rho_clipped_frac",
+        "learner/entropy",
+        "learner/explained_variance",
+        "learner/kl",
+        "learner/adv_mean",
+        "learner/adv_std",
     ]
     assert all(type(v) is float for v in metrics.values())
     assert metrics["loss/pg"] == pytest.approx(pg.item())
@@ -146,7 +185,7 @@ def test_impala_loss_composes_the_parts(gen):
 
 def test_impala_loss_gradients_reach_only_logits_and_values(gen):
     inputs = impala_inputs(gen)
-    total, _ = losses.impala_loss(**inputs, **COSTS)
+    total, _, _ = losses.impala_loss(**inputs, **COSTS)
     total.backward()
     for name in ("target_logits", "values"):
         grad = inputs[name].grad
@@ -160,7 +199,7 @@ def test_impala_loss_gradients_reach_only_logits_and_values(gen):
 def test_impala_loss_with_zero_costs_is_the_pg_loss(gen):
     inputs = impala_inputs(gen, requires_grad=False)
     costs = {**COSTS, "baseline_cost": 0.0, "entropy_cost": 0.0}
-    total, metrics = losses.impala_loss(**inputs, **costs)
+    total, metrics, _ = losses.impala_loss(**inputs, **costs)
     assert metrics["loss/baseline"] == metrics["loss/entropy"] == 0.0
     assert total.item() == pytest.approx(metrics["loss/pg"])
 
@@ -193,3 +232,31 @@ def test_impala_loss_with_zero_costs_is_the_pg_loss(gen):
 def test_bad_shapes_raise_our_message(call, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         call()
+
+
+def test_diagnostics_by_hand():
+    # T = B = 1, two actions. pi = softmax([0, ln 3]) = [1/4, 3/4], mu = [1/2, 1/2].
+    target = torch.tensor([[[0.0, math.log(3.0)]]], dtype=f64)
+    behaviour = torch.zeros(1, 1, 2, dtype=f64)
+    values = torch.tensor([[1.0]], dtype=f64)
+    returns = vtrace.VTraceReturns(
+        vs=torch.tensor([[3.0]], dtype=f64),
+        pg_advantages=torch.tensor([[2.0]], dtype=f64),
+        log_rhos=torch.zeros(1, 1, dtype=f64),
+        rho_mean=torch.tensor(1.0, dtype=f64),
+        rho_clipped_frac=torch.tensor(0.0, dtype=f64),
+    )
+    entropy_, ev, kl, adv_mean, adv_std = losses.diagnostics(target, behaviour, values, returns)
+    assert entropy_.item() == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))
+    # KL(mu || pi) = 1/2 ln(1/2 / 1/4) + 1/2 ln(1/2 / 3/4)
+    assert kl.item() == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3))
+    assert math.isnan(ev.item())  # one target: no variance to explain
+    assert (adv_mean.item(), adv_std.item()) == (2.0, 0.0)
+
+
+def test_explained_variance_is_one_for_exact_values_and_zero_for_the_mean():
+    targets = torch.tensor([[1.0, 2.0], [3.0, 6.0]], dtype=f64)
+    assert losses.explained_variance(targets, targets).item() == pytest.approx(1.0)
+    mean = torch.full_like(targets, targets.mean().item())
+    assert losses.explained_variance(mean, targets).item() == pytest.approx(0.0)
+    assert losses.explained_variance(-targets, targets).item() < 0

@@ -22,8 +22,9 @@ import torch
 from torch import Tensor
 
 from stampede.buffers import RolloutBuffers
-from stampede.envs import make_vec_env
+from stampede.envs import VecStep, make_vec_env
 from stampede.models import ActorCritic, select_action
+from stampede.timing import ACTOR_STAGES, StageClock
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,15 @@ class _Step:
         self.last_action = torch.zeros(num_envs, dtype=torch.int64)
         self.episode_return = torch.full((num_envs,), float("nan"))
         self.episode_length = torch.zeros(num_envs, dtype=torch.int64)
+
+    def advance(self, result: VecStep, action: Tensor) -> None:
+        """Become x_{t+1}: what stepping the envs with ``action`` [E] returned."""
+        self.obs = torch.from_numpy(result.obs)
+        self.reward = torch.from_numpy(result.reward)
+        self.done = torch.from_numpy(result.done)
+        self.last_action = action
+        self.episode_return = torch.from_numpy(result.episode_return)
+        self.episode_length = torch.from_numpy(result.episode_length)
 
 
 def _write(slot: dict[str, Tensor], t: int, step: _Step, action: Tensor, logits: Tensor) -> None:
@@ -110,24 +120,30 @@ def _rollouts(
         state = model.initial_state(E, device)
         state_before, (action, logits, state) = state, policy(step, state)
         parent = os.getppid()
-        while (index := _next_slot(conn, parent)) is not None:
-            slot = buffers.slot(index)
-            slot["policy_version"].fill_(version.value)
-            for i, tensor in enumerate(state_before):
-                slot[f"core_state_{i}"].copy_(tensor)
+        clock = StageClock(ACTOR_STAGES)
+        while True:  # every statement of a rollout is inside a stage of the time budget
+            with clock.stage("wait"):
+                index = _next_slot(conn, parent)
+            if index is None:
+                break
+            with clock.stage("write"):
+                slot = buffers.slot(index)
+                slot["policy_version"].fill_(version.value)
+                for i, tensor in enumerate(state_before):
+                    slot[f"core_state_{i}"].copy_(tensor)
             for t in range(T + 1):
-                _write(slot, t, step, action, logits)
+                with clock.stage("write"):
+                    _write(slot, t, step, action, logits)
                 if t == T:  # x_T's action is taken as step 0 of the next rollout
                     break
-                result = env.step(action.numpy())
-                step.obs = torch.from_numpy(result.obs)
-                step.reward = torch.from_numpy(result.reward)
-                step.done = torch.from_numpy(result.done)
-                step.last_action = action
-                step.episode_return = torch.from_numpy(result.episode_return)
-                step.episode_length = torch.from_numpy(result.episode_length)
-                state_before, (action, logits, state) = state, policy(step, state)
-            conn.send(("full", index))
+                with clock.stage("env"):
+                    step.advance(env.step(action.numpy()), action)
+                with clock.stage("inference"):
+                    state_before, (action, logits, state) = state, policy(step, state)
+            with clock.stage("write"):
+                seconds, wall = clock.lap()
+                slot["actor_time"].copy_(torch.from_numpy(np.append(seconds, wall)))
+                conn.send(("full", index))
     finally:
         env.close()
 

@@ -14,6 +14,10 @@ so every tensor of a slot is time-major, ``[T + 1, E, ...]``. Step ``t`` of a sl
 
 The last step of a rollout is the first step of the next one, so consecutive slots overlap by one
 step and the learner bootstraps from ``x_T``. ``core_state`` is the LSTM state before step 0.
+
+Two fields are per slot, not per step: ``policy_version`` (the learner update the rollout started
+from) and ``actor_time`` (the actor's seconds per stage of ``stampede.timing.ACTOR_STAGES``
+since its previous slot, then its wall seconds).
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import torch
 from torch import Tensor
 
 from stampede.envs import EnvSpec
+from stampede.timing import ACTOR_STAGES
 
+PER_SLOT = ("policy_version", "actor_time")  # fields without time and env axes
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32}
 
 
@@ -52,6 +58,7 @@ def rollout_spec(
         "episode_return": Field(steps, torch.float32),
         "episode_length": Field(steps, torch.int64),
         "policy_version": Field((), torch.int64),
+        "actor_time": Field((len(ACTOR_STAGES) + 1,), torch.float64),
     }
     for i, shape in enumerate(core_shapes):
         spec[f"core_state_{i}"] = Field(shape, torch.float32)  # [layers, E, hidden]
@@ -84,8 +91,8 @@ class RolloutBuffers:
         index = torch.as_tensor(indices, dtype=torch.long)
         batch = {}
         for name, t in self.tensors.items():
-            picked = t.index_select(0, index)  # [S, T + 1, E, ...] or [S, layers, E, H] or [S]
-            if name == "policy_version":
+            picked = t.index_select(0, index)  # [S, T + 1, E, ...], [S, layers, E, H] or [S, ...]
+            if name in PER_SLOT:
                 batch[name] = picked
                 continue
             # [S, A, E, ...] -> [A, S, E, ...] -> [A, S * E, ...] where A is time or layers

@@ -38,23 +38,38 @@ def _digest(path: Path) -> str:
     return sha.hexdigest()
 
 
-def _write_atomic(path: Path, write: Any) -> None:
-    """Call ``write(file)`` on a temporary file, fsync it, and rename it to ``path``."""
+def _write_temp(path: Path, write: Any) -> Path:
+    """Call ``write(file)`` on a temporary file beside ``path``, fsync it, return its path."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
+
+
+def _commit(tmp: Path, path: Path) -> None:
+    """Rename ``tmp`` over ``path`` and make the rename durable."""
+    os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)  # make the rename itself durable
+        os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    """Write ``path`` through a temporary file: a crash leaves the old file or the new one."""
+    tmp = _write_temp(path, write)
+    try:
+        _commit(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -70,18 +85,46 @@ def list_checkpoints(directory: Path) -> list[Path]:
 
 
 def save(directory: Path, frames: int, state: dict[str, Any], keep: int) -> Path:
-    """Write ``state`` as ``ckpt_<frames>.pt`` atomically, with its checksum; keep ``keep``."""
+    """Write ``state`` as ``ckpt_<frames>.pt`` with its checksum, then keep the newest ``keep``
+    verifiable checkpoints.
+
+    Order matters for a crash at any point: the data goes to a temporary file, its checksum is
+    written next, and only then is the file renamed to its real name. So a ``.pt`` under a real
+    name always has its checksum beside it, and until the rename the previous checkpoints are
+    the newest. Pruning counts only checkpoints that verify, so it never deletes a good one to
+    make room beside one it could not read.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"ckpt_{frames:012d}.pt"
-    _write_atomic(path, lambda f: torch.save(state, f))
-    digest = _digest(path)
-    _write_atomic(
-        path.with_suffix(".sha256"), lambda f: f.write(f"{digest}  {path.name}\n".encode())
-    )
-    for old in list_checkpoints(directory)[keep:]:
+    tmp = _write_temp(path, lambda f: torch.save(state, f))
+    try:
+        digest = _digest(tmp)
+        _write_atomic(
+            path.with_suffix(".sha256"), lambda f: f.write(f"{digest}  {path.name}\n".encode())
+        )
+        _commit(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _prune(directory, keep)
+    return path
+
+
+def _verifies(path: Path) -> bool:
+    sidecar = path.with_suffix(".sha256")
+    return sidecar.exists() and sidecar.read_text().split()[:1] == [_digest(path)]
+
+
+def _prune(directory: Path, keep: int) -> None:
+    """Delete verifiable checkpoints beyond the newest ``keep`` of them, and checksum files
+    whose checkpoint is gone. Checkpoints that do not verify are left for a person to look at."""
+    verified = [p for p in list_checkpoints(directory) if _verifies(p)]
+    for old in verified[keep:]:
         old.unlink(missing_ok=True)
         old.with_suffix(".sha256").unlink(missing_ok=True)
-    return path
+    for sidecar in directory.glob("ckpt_*.sha256"):
+        if not sidecar.with_suffix(".pt").exists():
+            sidecar.unlink(missing_ok=True)
 
 
 def check_writable(directory: Path, nbytes: int) -> None:

@@ -169,6 +169,8 @@ class VTraceConfig:
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
     reward_clip: float = 1.0  # rewards clipped to [-reward_clip, reward_clip]; 0 disables clipping
+    normalize_advantages: bool = False  # pg advantages to zero mean, unit std per batch
+    pg_clip: float = 0.0  # PPO-style ratio clip around the learner's policy at arrival; 0 = off
 
     def __post_init__(self) -> None:
         _require(0.0 <= self.discount <= 1.0, "vtrace.discount", self.discount, "in [0, 1]")
@@ -180,6 +182,7 @@ class VTraceConfig:
                 f"vtrace.rho_bar must be >= vtrace.c_bar (the paper assumes rho_bar >= c_bar), "
                 f"got rho_bar={self.rho_bar!r} < c_bar={self.c_bar!r}"
             )
+        _require(0.0 <= self.pg_clip < 1.0, "vtrace.pg_clip", self.pg_clip, "in [0, 1) (0: off)")
         for key in ("baseline_cost", "entropy_cost", "reward_clip"):
             _require(getattr(self, key) >= 0, f"vtrace.{key}", getattr(self, key), ">= 0")
 
@@ -206,6 +209,8 @@ class OptimConfig:
     tf_style: bool = True
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     weight_decay: float = 0.0
+    epochs: int = 1  # passes over each batch (> 1 reuses it, as PPO's epochs)
+    minibatches: int = 1  # optimizer steps per pass, each on a random share of the trajectories
 
     def __post_init__(self) -> None:
         _require(self.name in OPTIMIZERS, "optim.name", self.name, f"one of {OPTIMIZERS}")
@@ -215,11 +220,22 @@ class OptimConfig:
         _require(0.0 <= self.momentum < 1.0, "optim.momentum", self.momentum, "in [0, 1)")
         _require(self.grad_clip >= 0, "optim.grad_clip", self.grad_clip, ">= 0 (0 disables)")
         _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, ">= 0")
+        _positive_int("optim.epochs", self.epochs)
+        _positive_int("optim.minibatches", self.minibatches)
         ok = len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas)
         _require(ok, "optim.betas", self.betas, "two numbers in [0, 1)")
 
 
 # ------------------------------------------------------------------------------------ runtime
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask (a SLURM allocation, ``taskset``), not
+    every core of the machine."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return max(1, os.cpu_count() or 1)
 
 
 @dataclass
@@ -228,12 +244,13 @@ class RuntimeConfig:
     fills one rollout slot of shape [unroll_length + 1, envs_per_actor]; the learner takes
     ``batch_size / envs_per_actor`` slots per update."""
 
-    num_actors: int = 0  # 0 = one actor process per CPU core
+    num_actors: int = 0  # 0 = one actor process per CPU this process may use
     envs_per_actor: int = 16
     batch_size: int = 32
     unroll_length: int = 20
-    num_buffers: int = 0  # rollout slots; 0 = 2 per actor plus one batch
-    learner_threads: int = 0  # torch threads in the learner; 0 = all cores
+    num_buffers: int = 0  # rollout slots; 0 = auto (see buffer_slots)
+    prefetch: bool = True  # gather the next batch during an update (false: after it, fresher)
+    learner_threads: int = 0  # torch threads in the learner; 0 = every CPU it may use
     actor_threads: int = 1  # torch threads in each actor process
     max_actor_restarts: int = 10  # actor failures tolerated within actor_restart_window_s
     actor_restart_window_s: float = 600.0
@@ -281,12 +298,19 @@ class RuntimeConfig:
 
     @property
     def buffer_slots(self) -> int:
-        return self.num_buffers or 2 * self.actors + self.slots_per_batch
+        """``num_buffers``, or by default: with prefetch, 2 per actor plus one batch (actors
+        never wait); without, one per actor and at least one batch (a policy lag near one
+        update: no slot sits full while the learner works)."""
+        if self.num_buffers:
+            return self.num_buffers
+        if self.prefetch:
+            return 2 * self.actors + self.slots_per_batch
+        return max(self.actors, self.slots_per_batch)
 
     @property
     def actors(self) -> int:
-        """Actor processes: ``num_actors``, or one per CPU core when it is 0."""
-        return self.num_actors or max(1, os.cpu_count() or 1)
+        """Actor processes: ``num_actors``, or one per usable CPU (`usable_cpus`) when it is 0."""
+        return self.num_actors or usable_cpus()
 
 
 # ------------------------------------------------------------------------- logger / checkpoints
@@ -390,6 +414,12 @@ class Config:
         _require(self.seed >= 0, "seed", self.seed, ">= 0")
         if self.mode == "eval" and self.checkpoint is None:
             raise ConfigError("mode=eval needs checkpoint=<run dir or checkpoint file>")
+        if self.optim.minibatches > self.runtime.batch_size:
+            raise ConfigError(
+                f"optim.minibatches must be <= runtime.batch_size (each minibatch holds whole "
+                f"trajectories), got minibatches={self.optim.minibatches}, "
+                f"batch_size={self.runtime.batch_size}"
+            )
 
     @property
     def torch_device(self) -> torch.device:

@@ -185,12 +185,20 @@ class MetricLogger:
         )
         self.progress.update(int(clean.get("env/frames", 0)), info)
 
-    def write_episodes(self, frames: int, returns: list[float], lengths: list[int]) -> None:
-        """One line per finished game in ``episodes.jsonl`` (for learning curves and tests)."""
+    def write_episodes(
+        self, frames: int, elapsed_s: float, returns: list[float], lengths: list[int]
+    ) -> None:
+        """One line per finished game in ``episodes.jsonl`` (for learning curves and tests):
+        the frames and training seconds when it ended, its return and length."""
         if self.episodes is not None:
             for ret, length in zip(returns, lengths, strict=True):
                 self.episodes.write(
-                    {"env/frames": frames, "env/episode_return": ret, "env/episode_length": length}
+                    {
+                        "env/frames": frames,
+                        "time/elapsed_s": round(elapsed_s, 3),
+                        "env/episode_return": ret,
+                        "env/episode_length": length,
+                    }
                 )
 
     def close(self) -> None:

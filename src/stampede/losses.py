@@ -21,6 +21,11 @@ METRIC_KEYS = (
     "loss/total",
     "vtrace/rho_mean",
     "vtrace/rho_clipped_frac",
+    "learner/entropy",
+    "learner/explained_variance",
+    "learner/kl",
+    "learner/adv_mean",
+    "learner/adv_std",
 )
 
 
@@ -52,6 +57,34 @@ def policy_gradient_loss(logits: Tensor, actions: Tensor, advantages: Tensor) ->
     return -(log_pi_t * advantages.detach()).sum()
 
 
+def clipped_policy_gradient_loss(
+    logits: Tensor, anchor_logits: Tensor, actions: Tensor, advantages: Tensor, clip: float
+) -> Tensor:
+    """-sum_{t,b} min(r_t A_t, clip(r_t, 1 - clip, 1 + clip) A_t), r_t = pi(a_t|x_t) / pi_0(a_t|x_t)
+
+    PPO's clipped surrogate (Schulman et al. 2017, arXiv 1707.06347) around ``anchor_logits``,
+    the learner's own policy pi_0 when the batch arrived: it lets the learner take several
+    steps on one batch (``optim.epochs``) without moving the policy far from where the V-trace
+    advantages were measured. At pi == pi_0 its gradient is `policy_gradient_loss`'s.
+
+    Args:
+        logits: [T, B, A] current policy logits (gradients flow into them).
+        anchor_logits: [T, B, A] pi_0's logits; detached here.
+        actions: [T, B] integer actions taken; advantages: [T, B], detached here.
+        clip: the ratio's half-width (0.1 in PPO's Atari runs), > 0.
+    """
+    _check_logits(logits)
+    _check_shape("actions", actions, list(logits.shape[:2]), "logits")
+    _check_shape("advantages", advantages, list(logits.shape[:2]), "logits")
+    log_ratio = vtrace.action_log_probs(logits, actions) - vtrace.action_log_probs(
+        anchor_logits.detach(), actions
+    )  # [T, B]
+    ratio = log_ratio.exp()
+    adv = advantages.detach()
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv)
+    return -surrogate.sum()
+
+
 def baseline_loss(values: Tensor, targets: Tensor) -> Tensor:
     """0.5 * sum_{t,b} (v_t - V(x_t))^2, the value regression to V-trace targets v_t.
 
@@ -73,6 +106,32 @@ def entropy_loss(logits: Tensor) -> Tensor:
     return (log_pi.exp() * log_pi).sum()
 
 
+def explained_variance(values: Tensor, targets: Tensor) -> Tensor:
+    """1 - Var[targets - values] / Var[targets] over all [T, B] entries ([] tensor).
+
+    1 means V predicts its targets exactly, 0 no better than their mean, < 0 worse. NaN when the
+    targets do not vary (nothing to explain).
+    """
+    return 1.0 - (targets - values).var(unbiased=False) / targets.var(unbiased=False)
+
+
+def diagnostics(
+    target_logits: Tensor, behaviour_logits: Tensor, values: Tensor, returns: vtrace.VTraceReturns
+) -> Tensor:
+    """[5] learning diagnostics, in the order of `METRIC_KEYS`' last five, all per step means:
+    policy entropy of pi (nats), explained variance of V against the V-trace targets,
+    KL(mu || pi) (how far the learner moved from the behaviour policy), and the mean and
+    std of the pg advantages."""
+    with torch.no_grad():
+        log_pi = F.log_softmax(target_logits, dim=-1)  # [T, B, A]
+        log_mu = F.log_softmax(behaviour_logits, dim=-1)  # [T, B, A]
+        entropy = -(log_pi.exp() * log_pi).sum(-1).mean()
+        kl = (log_mu.exp() * (log_mu - log_pi)).sum(-1).mean()
+        ev = explained_variance(values.detach(), returns.vs)
+        adv = returns.pg_advantages
+        return torch.stack([entropy, ev, kl, adv.mean(), adv.std(unbiased=False)])
+
+
 def impala_loss(
     target_logits: Tensor,
     values: Tensor,
@@ -88,7 +147,11 @@ def impala_loss(
     c_bar: float,
     pg_rho_bar: float,
     lambda_: float,
-) -> tuple[Tensor, dict[str, float]]:
+    normalize_advantages: bool = False,
+    anchor_logits: Tensor | None = None,
+    pg_clip: float = 0.0,
+    returns: vtrace.VTraceReturns | None = None,
+) -> tuple[Tensor, dict[str, float], vtrace.VTraceReturns]:
     """The full IMPALA loss: pg + baseline_cost * baseline + entropy_cost * entropy.
 
     Args:
@@ -99,13 +162,24 @@ def impala_loss(
         actions: [T, B] integer actions; rewards: [T, B]; discounts: [T, B] gamma * (1 - done).
         baseline_cost, entropy_cost: weights of the baseline and entropy terms.
         rho_bar, c_bar, pg_rho_bar, lambda_: V-trace clips, see `stampede.vtrace`.
+        normalize_advantages: scale the pg advantages to zero mean and unit std over the batch
+            before the policy-gradient loss (not in the paper; PPO's practice). The metrics
+            ``learner/adv_*`` describe them before scaling.
+        anchor_logits, pg_clip: with ``pg_clip > 0``, the policy term is
+            `clipped_policy_gradient_loss` around ``anchor_logits`` [T, B, A] (the learner's
+            policy when the batch arrived) instead of `policy_gradient_loss`.
+        returns: V-trace targets and advantages computed before (the learner's later steps on a
+            batch reuse those of its first, as PPO keeps its advantages across epochs);
+            None computes them from the arguments.
 
     Returns:
-        (total loss, metrics). ``metrics`` has exactly `METRIC_KEYS` as Python floats;
+        (total loss, metrics, the V-trace returns used). ``metrics`` has exactly
+        `METRIC_KEYS` as Python floats;
         "loss/baseline" and "loss/entropy" are the *weighted* terms (cost included), so
-        loss/pg + loss/baseline + loss/entropy == loss/total, as in TorchBeast's logs.
+        loss/pg + loss/baseline + loss/entropy == loss/total, as in TorchBeast's logs; the
+        ``learner/*`` diagnostics are per-step means (see `diagnostics`).
     """
-    returns = vtrace.from_logits(
+    returns = returns or vtrace.from_logits(
         behaviour_logits,
         target_logits,
         actions,
@@ -118,12 +192,20 @@ def impala_loss(
         pg_rho_bar=pg_rho_bar,
         lambda_=lambda_,
     )
-    pg = policy_gradient_loss(target_logits, actions, returns.pg_advantages)
+    advantages = returns.pg_advantages
+    if normalize_advantages:  # [T, B] -> zero mean, unit std over the batch
+        advantages = (advantages - advantages.mean()) / (advantages.std(unbiased=False) + 1e-8)
+    if pg_clip > 0 and anchor_logits is not None:
+        pg = clipped_policy_gradient_loss(
+            target_logits, anchor_logits, actions, advantages, pg_clip
+        )
+    else:
+        pg = policy_gradient_loss(target_logits, actions, advantages)
     baseline = baseline_cost * baseline_loss(values, returns.vs)
     entropy = entropy_cost * entropy_loss(target_logits)
     total = pg + baseline + entropy
-    stats = torch.stack(
-        [pg, baseline, entropy, total, returns.rho_mean, returns.rho_clipped_frac]
-    ).detach()
-    metrics = dict(zip(METRIC_KEYS, stats.tolist(), strict=True))  # one device sync, not six
-    return total, metrics
+    terms = torch.stack([pg, baseline, entropy, total, returns.rho_mean, returns.rho_clipped_frac])
+    diag = diagnostics(target_logits, behaviour_logits, values, returns)
+    stats = torch.cat([terms.detach(), diag])
+    metrics = dict(zip(METRIC_KEYS, stats.tolist(), strict=True))  # one device sync, not eleven
+    return total, metrics, returns

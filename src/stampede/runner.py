@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import queue
 import signal
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import numpy as np
 import torch
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
@@ -29,12 +31,13 @@ from omegaconf import OmegaConf
 from stampede import checkpoint, distributed
 from stampede.actor import ActorSetup
 from stampede.buffers import RolloutBuffers, rollout_spec
-from stampede.config import Config, ConfigError, model_factory
+from stampede.config import Config, ConfigError, model_factory, usable_cpus
 from stampede.envs import EnvSpec, env_spec
 from stampede.learner import Learner
 from stampede.logging import MetricLogger
 from stampede.models import ActorCritic
 from stampede.pool import ActorFailure, ActorPool
+from stampede.timing import ACTOR_STAGES, LEARNER_STAGES, fractions
 
 log = logging.getLogger("stampede")
 
@@ -57,7 +60,11 @@ def main(cfg: Config) -> None:
     if cfg.mode == "eval":
         from stampede.evaluate import evaluate_checkpoint
 
-        evaluate_checkpoint(cfg, run_dir)
+        try:
+            evaluate_checkpoint(cfg, run_dir)
+        except (checkpoint.CheckpointError, ConfigError) as error:  # bad input: one line
+            print(f"stampede: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
         return
     rank = distributed.setup(cfg.torch_device.type)
     try:
@@ -125,8 +132,12 @@ class Trainer:
             reduce_gradients=reduce,
         )
         self.frames = self.updates = self.generation = 0
+        self.train_s = 0.0  # seconds spent in the training loop, over all resumes
+        self._torch_rng: torch.Tensor | None = None  # the learner's RNG state when resumed
+        self._loop_started = time.monotonic()
         self.stop_signal: int | None = None
         self._stopping = threading.Event()  # set once the loop ends: the batch thread returns
+        self._want_batch = threading.Semaphore(1)  # runtime.prefetch=false: gather on request
         if self.rank.is_main:
             # model + optimizer state (at most two buffers per parameter) + room for the rest
             model_bytes = sum(
@@ -153,6 +164,7 @@ class Trainer:
             "frames": self.frames,
             "updates": self.updates,
             "generation": self.generation,
+            "train_s": self.elapsed_s,
             "torch_rng": torch.get_rng_state(),
             "config": config_yaml(self.cfg),
             "fingerprint": fingerprint(self.cfg, self.spec),
@@ -194,7 +206,8 @@ class Trainer:
             raise checkpoint.CheckpointError(f"{path}: cannot restore: {error}") from None
         self.frames, self.updates = int(state["frames"]), int(state["updates"])
         self.generation = int(state["generation"]) + 1
-        torch.set_rng_state(state["torch_rng"])
+        self.train_s = float(state.get("train_s", 0.0))  # absent in checkpoints before 0.2
+        self._torch_rng = state["torch_rng"]  # train() continues this stream (minibatch draws)
         log.info("resumed from %s: frames=%d updates=%d", path, self.frames, self.updates)
 
     # -------------------------------------------------------------------- processes
@@ -252,11 +265,17 @@ class Trainer:
     # ---------------------------------------------------------------------- batches
 
     def _batches(self, pool: ActorPool, out: queue.Queue[Any]) -> None:
-        """Prefetch thread: gather the next batch while the learner works on the current one."""
+        """Batch thread: gather the next batch while the learner works on the current one, or,
+        with ``runtime.prefetch: false``, only once the learner has published its last update
+        (fresher data: a lower policy lag for a short wait)."""
         r = self.cfg.runtime
         stopping = self._stopping.is_set
         try:
             while not stopping():
+                if not r.prefetch:
+                    while not self._want_batch.acquire(timeout=0.5):
+                        if stopping():
+                            break
                 indices = []
                 for _ in range(r.slots_per_batch):
                     index = pool.next_full_slot(stopping)
@@ -277,9 +296,11 @@ class Trainer:
 
     def train(self) -> None:
         cfg = self.cfg
-        torch.manual_seed(cfg.seed + self.generation)
-        if cfg.runtime.learner_threads:
-            torch.set_num_threads(cfg.runtime.learner_threads)
+        if self._torch_rng is None:
+            torch.manual_seed(cfg.seed)
+        else:  # a resumed run draws what it would have drawn had it not stopped
+            torch.set_rng_state(self._torch_rng)
+        torch.set_num_threads(cfg.runtime.learner_threads or usable_cpus())
         previous = {s: signal.signal(s, self._on_signal) for s in _STOP_SIGNALS}
         logger = self._logger()
         pool = self._start_actors()
@@ -346,50 +367,75 @@ class Trainer:
 
     def _loop(self, pool: ActorPool, batches: queue.Queue[Any], logger: MetricLogger) -> None:
         cfg = self.cfg
+        clock = self.learner.clock
+        clock.lap()  # the time budget starts with the loop
+        self._loop_started = time.monotonic()
         window = _Window(self.frames)
         last_checkpoint = time.monotonic()
-        while not self._should_stop():
-            item = batches.get()
+        while True:  # every statement of an iteration is inside a stage of the time budget
+            with clock.stage("wait"):
+                item: Any = _STOPPED if self._should_stop() else batches.get()
             if isinstance(item, BaseException):
                 raise item
             if item is _STOPPED:
                 break
             metrics = self.learner.update(item, self.frames)
-            self._publish(pool)
-            self.frames += self.frames_per_update
-            self.updates += 1
-            if self.learner.consecutive_skips >= cfg.runtime.max_nonfinite_updates:
-                raise NumericalFailure(
-                    f"{self.learner.consecutive_skips} consecutive updates were skipped because "
-                    f"{self.learner.last_nonfinite} (runtime.max_nonfinite_updates="
-                    f"{cfg.runtime.max_nonfinite_updates}); the checkpoint holds the last good "
-                    f"parameters"
-                )
-            metrics["learner/policy_lag"] = float(
-                self.updates - 1 - item["policy_version"].double().mean()
-            )
-            window.add(metrics, item)
-            logger.write_episodes(self.frames, *window.new_episodes)
-            if window.age_s >= cfg.logger.interval_s or self.frames >= cfg.total_frames:
-                logger.write(
-                    window.line(
-                        self.frames,
-                        self.updates,
-                        self.spec.frames_per_step,
-                        self.rank.world_size,
+            with clock.stage("publish"):
+                self._publish(pool)
+                self._want_batch.release()
+            with clock.stage("log"):
+                self._after_update(pool, item, metrics, window, logger)
+                if window.age_s >= cfg.logger.interval_s or self.frames >= cfg.total_frames:
+                    logger.write(
+                        window.line(
+                            self.frames,
+                            self.updates,
+                            self.spec.frames_per_step,
+                            self.rank.world_size,
+                        )
+                        | {
+                            "actors/restarts": pool.restarts,
+                            "learner/skipped_updates": self.learner.skipped,
+                            "time/elapsed_s": self.elapsed_s,
+                        }
+                        | fractions("time/learner", LEARNER_STAGES, *clock.lap())
                     )
-                    | {
-                        "actors/restarts": pool.restarts,
-                        "learner/skipped_updates": self.learner.skipped,
-                    }
-                )
-                window = _Window(self.frames)
-            if time.monotonic() - last_checkpoint >= cfg.checkpointing.interval_s:
-                self.save_checkpoint()
-                last_checkpoint = time.monotonic()
-            every = cfg.eval.every_frames
-            if every and self.frames // every > (self.frames - self.frames_per_update) // every:
-                self._evaluate(None)
+                    window = _Window(self.frames)
+                if time.monotonic() - last_checkpoint >= cfg.checkpointing.interval_s:
+                    self.save_checkpoint()
+                    last_checkpoint = time.monotonic()
+                every = cfg.eval.every_frames
+                if every and self.frames // every > (self.frames - self.frames_per_update) // every:
+                    self._evaluate(None)
+
+    def _after_update(
+        self,
+        pool: ActorPool,
+        batch: dict[str, torch.Tensor],
+        metrics: dict[str, float],
+        window: _Window,
+        logger: MetricLogger,
+    ) -> None:
+        """Count the update, stop on a run of non-finite updates, add it to the window."""
+        self.frames += self.frames_per_update
+        self.updates += 1
+        if self.learner.consecutive_skips >= self.cfg.runtime.max_nonfinite_updates:
+            raise NumericalFailure(
+                f"{self.learner.consecutive_skips} consecutive updates were skipped because "
+                f"{self.learner.last_nonfinite} (runtime.max_nonfinite_updates="
+                f"{self.cfg.runtime.max_nonfinite_updates}); the checkpoint holds the last good "
+                f"parameters"
+            )
+        metrics["learner/policy_lag"] = float(
+            self.updates - 1 - batch["policy_version"].double().mean()
+        )
+        window.add(metrics, batch)
+        logger.write_episodes(self.frames, self.elapsed_s, *window.new_episodes)
+
+    @property
+    def elapsed_s(self) -> float:
+        """Training wall time so far, summed over the run's resumes."""
+        return self.train_s + time.monotonic() - self._loop_started
 
     def _evaluate(self, path: Path | None) -> None:
         """Evaluate the learner's policy with ``cfg.eval`` (rank 0): eval.json in the run dir."""
@@ -414,13 +460,19 @@ class Trainer:
         pool.set_version(self.updates + 1)
 
 
+# An update whose loss or gradient is not finite was skipped; its metrics stay out of the means.
+_FINITE_KEYS = ("loss/pg", "loss/baseline", "loss/entropy", "learner/grad_norm")
+
+
 class _Window:
     """Metrics of the updates since the last log line, averaged, and the games that ended."""
 
     def __init__(self, frames: int) -> None:
         self.started, self.frames = time.monotonic(), frames
         self.sums: dict[str, float] = defaultdict(float)
-        self.count = 0
+        self.counts: dict[str, int] = defaultdict(int)
+        self.skipped = 0  # updates skipped for a non-finite loss or gradient in this interval
+        self.actor_time = np.zeros(len(ACTOR_STAGES) + 1)  # seconds per stage, then wall
         self.returns: list[float] = []
         self.lengths: list[int] = []
         self.new_episodes: tuple[list[float], list[int]] = ([], [])
@@ -430,9 +482,16 @@ class _Window:
         return time.monotonic() - self.started
 
     def add(self, metrics: dict[str, float], batch: dict[str, torch.Tensor]) -> None:
-        for key, value in metrics.items():
-            self.sums[key] += value
-        self.count += 1
+        """Add an update's metrics (those of a skipped, non-finite update only to the count of
+        skipped ones, so one NaN does not blank the interval) and its finished games."""
+        if all(math.isfinite(metrics[k]) for k in _FINITE_KEYS if k in metrics):
+            for key, value in metrics.items():
+                if math.isfinite(value):  # e.g. explained variance of targets that never vary
+                    self.sums[key] += value
+                    self.counts[key] += 1
+        else:
+            self.skipped += 1
+        self.actor_time += batch["actor_time"].sum(0).numpy()  # [S, stages + 1] -> [stages + 1]
         # Step 0 of a slot repeats the last step of the previous one: count episodes from 1 on.
         ended = batch["episode_return"][1:].isfinite()
         returns = batch["episode_return"][1:][ended].tolist()
@@ -445,7 +504,8 @@ class _Window:
         self, frames: int, updates: int, frames_per_step: int, world_size: int
     ) -> dict[str, float | int]:
         fps = (frames - self.frames) / max(self.age_s, 1e-9)
-        line: dict[str, float | int] = {k: v / self.count for k, v in self.sums.items()}
+        line: dict[str, float | int] = {k: v / self.counts[k] for k, v in self.sums.items()}
+        line["learner/skipped_in_interval"] = self.skipped
         line |= {
             "env/frames": frames,
             "learner/updates": updates,
@@ -453,6 +513,7 @@ class _Window:
             "perf/sps": fps / frames_per_step,
             "perf/fps_per_rank": fps / world_size,
         }
+        line |= fractions("time/actor", ACTOR_STAGES, self.actor_time[:-1], self.actor_time[-1])
         if self.returns:
             line["env/episode_return"] = sum(self.returns) / len(self.returns)
             line["env/episode_length"] = sum(self.lengths) / len(self.lengths)

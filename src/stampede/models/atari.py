@@ -156,3 +156,14 @@ class ResNet(ActorCritic):
         )
         lstm = hidden_size if lstm_size is None else lstm_size
         super().__init__((C, H, W), num_actions, torso, hidden_size, use_lstm, lstm)
+
+    def _init_weights(self) -> None:
+        """As `ActorCritic`'s, but the last convolution of each residual branch starts small
+        (gain 0.1, in the spirit of Goyal et al. 2017's zero-init): every block starts close to
+        the identity, so the features keep their scale through the 6 blocks instead of growing
+        with each addition (with gain sqrt(2) everywhere, std 4.6 on Pong frames; with this,
+        0.9), and gradients still reach every layer from the first step."""
+        super()._init_weights()
+        for module in self.torso.modules():
+            if isinstance(module, ResidualBlock):
+                nn.init.orthogonal_(module.conv1.weight, gain=0.1)

@@ -79,10 +79,26 @@ class ActorCritic(nn.Module):
         core_out = self.lstm_size if self.use_lstm else core_in
         self.policy = nn.Linear(core_out, self.num_actions)
         self.baseline = nn.Linear(core_out, 1)
-        # A small policy init keeps the first policy close to uniform, so early entropy is
-        # high and the first V-trace importance weights are well behaved.
-        nn.init.orthogonal_(self.policy.weight, gain=0.01)
-        nn.init.zeros_(self.policy.bias)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Orthogonal weights (Saxe et al. 2014) with zero biases.
+
+        The torso's layers get the ReLU gain sqrt(2), so features keep their scale layer after
+        layer. PyTorch's default init shrinks each layer's output: on Pong frames the shallow
+        network's 256 features came out with std 0.016, so both heads saw nearly constant
+        inputs and learning stalled for millions of frames (docs/learning.md). A small policy
+        init (gain 0.01) keeps the first policy close to uniform, so early entropy is high and
+        the first V-trace importance weights are well behaved; the baseline head has gain 1.
+        """
+        for module in self.torso.modules():
+            if isinstance(module, nn.Conv2d | nn.Linear):
+                nn.init.orthogonal_(module.weight, gain=nn.init.calculate_gain("relu"))
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for head, gain in ((self.policy, 0.01), (self.baseline, 1.0)):
+            nn.init.orthogonal_(head.weight, gain=gain)
+            nn.init.zeros_(head.bias)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> CoreState:
         """Zero LSTM state (h, c), each [1, B, lstm_size]; () without LSTM."""

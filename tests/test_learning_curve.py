@@ -1,0 +1,106 @@
+"""The learning benchmark's figures (stampede.learning_curve, benchmarks/learning.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stampede import learning_curve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write_episodes(run_dir: Path, returns: list[float], frames_per_game: int = 1000) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / "episodes.jsonl").open("w") as f:
+        for i, ret in enumerate(returns):
+            row = {
+                "env/frames": (i + 1) * frames_per_game,
+                "time/elapsed_s": (i + 1) * 2.0,
+                "env/episode_return": ret,
+                "env/episode_length": 10,
+            }
+            f.write(json.dumps(row) + "\n")
+
+
+def test_mean_of_last_window_games_by_hand(tmp_path: Path) -> None:
+    _write_episodes(tmp_path, [-21.0, -20.0, -19.0, -18.0, 0.0])
+    curve = learning_curve.from_run(tmp_path, window=3)
+    assert np.isnan(curve.mean_return[:2]).all()  # fewer than 3 games: no figure yet
+    np.testing.assert_allclose(curve.mean_return[2:], [-20.0, -19.0, -37.0 / 3])
+    assert curve.final == pytest.approx(-37.0 / 3)
+    np.testing.assert_array_equal(curve.frames, [1000, 2000, 3000, 4000, 5000])
+
+
+def test_crossings_are_the_first_game_at_or_above(tmp_path: Path) -> None:
+    returns = [-21.0] * 100 + [21.0] * 100  # the mean of the last 100 climbs 0.42 per game
+    _write_episodes(tmp_path, returns)
+    curve = learning_curve.from_run(tmp_path)
+    zero, top, never = learning_curve.crossings(curve, [0.0, 18.0, 21.5])
+    # After game 100 + k the mean is (-21 (100 - k) + 21 k) / 100 >= 0 first at k = 50.
+    assert (zero.frames, zero.elapsed_s) == (150 * 1000, 150 * 2.0)
+    # >= 18 needs 42 k >= 3900, k = 93 (92.86 rounded up).
+    assert top.frames == 193 * 1000
+    assert never.frames is None
+    assert never.elapsed_s is None
+
+
+def test_csv_keeps_one_row_per_interval_and_the_last(tmp_path: Path) -> None:
+    _write_episodes(tmp_path / "run", [float(i) for i in range(250)], frames_per_game=400)
+    curve = learning_curve.from_run(tmp_path / "run")
+    path = learning_curve.write_csv(curve, tmp_path / "out.csv", every_frames=20_000)
+    rows = list(csv.DictReader(path.open()))
+    assert [int(r["frames"]) for r in rows] == [400, 20_000, 40_000, 60_000, 80_000, 100_000]
+    assert rows[0]["mean_return_last100"] == ""  # not yet 100 games
+    assert float(rows[-1]["mean_return_last100"]) == pytest.approx(np.mean(range(150, 250)))
+    assert int(rows[-1]["games"]) == 250
+
+
+def test_benchmark_reports_a_run_and_writes_docs(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    run_dir = tmp_path / "run"
+    _write_episodes(run_dir, [-21.0] * 100 + [21.0] * 100)
+    out = tmp_path / "docs"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "learning.py"),
+            "--report-only",
+            "--game=pong",
+            f"--run-dir={run_dir}",
+            f"--out={out}",
+            "--label=test",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "mean of last 100 >= 0: 150,000 frames, 5.0 min" in proc.stdout
+    assert "mean of last 100 >= 18: 193,000 frames" in proc.stdout
+    assert "final mean of last 100: 21.00" in proc.stdout
+    assert (out / "pong_test.csv").exists()
+    assert (out / "pong.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_benchmark_says_when_a_run_has_no_games(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "learning.py"),
+            "--report-only",
+            f"--run-dir={tmp_path / 'empty'}",
+            f"--out={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "has no finished games" in proc.stderr

@@ -139,7 +139,7 @@ def test_diagnostics_and_time_budget_in_every_sink(tmp_path: Path) -> None:
 
     run_dir = tmp_path / "run"
     overrides = [o for o in CARTPOLE if not o.startswith("logger.wandb.mode")]
-    proc = run_py(run_dir, *overrides, "total_frames=30000", "logger.wandb.mode=offline")
+    proc = run_py(run_dir, *overrides, "total_frames=60000", "logger.wandb.mode=offline")
     assert proc.returncode == 0, proc.stderr[-3000:]
     wandb_file = next((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     learner_keys = [f"time/learner/{stage}" for stage in LEARNER_STAGES]
@@ -148,7 +148,7 @@ def test_diagnostics_and_time_budget_in_every_sink(tmp_path: Path) -> None:
         ("metrics.jsonl", read_metrics(run_dir)),
         ("W&B", wandb_records.history(wandb_file)),
     ):
-        assert len(rows) >= 3, f"{sink}: only {len(rows)} lines"
+        assert len(rows) >= 2, f"{sink}: only {len(rows)} lines"
         for row in rows:
             for key in (*DIAGNOSTICS, *learner_keys, *actor_keys):
                 assert key in row, f"{sink}: {key} missing at frames {row.get('env/frames')}"

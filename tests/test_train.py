@@ -33,6 +33,7 @@ CARTPOLE = [
     "optim.minibatches=1",
     "vtrace.normalize_advantages=false",
     "vtrace.lambda_=1.0",
+    "runtime.prefetch=true",
     "optim.anneal_lr=false",
     "vtrace.entropy_cost=0.01",
     "vtrace.reward_clip=0",

@@ -96,9 +96,13 @@ class ActorCritic(nn.Module):
                 nn.init.orthogonal_(module.weight, gain=nn.init.calculate_gain("relu"))
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        for head, gain in ((self.policy, 0.01), (self.baseline, 1.0)):
-            nn.init.orthogonal_(head.weight, gain=gain)
-            nn.init.zeros_(head.bias)
+        nn.init.orthogonal_(self.baseline.weight, gain=1.0)
+        nn.init.zeros_(self.baseline.bias)
+        self._init_policy_head()
+
+    def _init_policy_head(self) -> None:
+        nn.init.orthogonal_(self.policy.weight, gain=0.01)
+        nn.init.zeros_(self.policy.bias)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> CoreState:
         """Zero LSTM state (h, c), each [1, B, lstm_size]; () without LSTM."""

@@ -382,7 +382,8 @@ class Trainer:
             metrics = self.learner.update(item, self.frames)
             with clock.stage("publish"):
                 self._publish(pool)
-                self._want_batch.release()
+                if not cfg.runtime.prefetch:  # the batch thread waits for this request
+                    self._want_batch.release()
             with clock.stage("log"):
                 self._after_update(pool, item, metrics, window, logger)
                 if window.age_s >= cfg.logger.interval_s or self.frames >= cfg.total_frames:

@@ -1,20 +1,48 @@
-"""Train or evaluate an IMPALA agent: `python run.py env=breakout model=resnet`."""
+"""Train or evaluate an IMPALA agent: `python run.py env=breakout model=resnet`.
 
+`mode=train` (the default) trains in Hydra's run directory; `mode=eval checkpoint=<run dir or
+file>` evaluates a stored policy. Bad input (a config, a checkpoint, a busy run directory) exits 2
+with one line on stderr; a run that fails (actors keep failing, updates keep going non-finite)
+logs why and exits 1.
+"""
+
+import logging
 import sys
 from pathlib import Path
 
 import hydra
 
-from stampede.config import check_command_line, register_configs, to_config
+from stampede.cli import check_command_line
+from stampede.compose import register_configs, to_config
 
 register_configs()
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(dict_config) -> None:
-    from stampede.runner import main as run
+    from hydra.core.hydra_config import HydraConfig
 
-    run(to_config(dict_config))
+    from stampede.checkpoint import CheckpointError
+    from stampede.config_error import ConfigError
+    from stampede.eval_run import evaluate_checkpoint
+    from stampede.evaluate import EvalError
+    from stampede.launch import train
+    from stampede.pool import ActorFailure
+    from stampede.run_lock import RunDirBusy
+    from stampede.runner import NumericalFailure
+
+    cfg = to_config(dict_config)
+    try:
+        if cfg.mode == "eval":
+            evaluate_checkpoint(cfg)
+        else:
+            train(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except (ActorFailure, NumericalFailure) as failure:
+        logging.getLogger("stampede").error("%s", failure)
+        raise SystemExit(1) from None
+    except (CheckpointError, ConfigError, EvalError, RunDirBusy) as error:  # one line, no trace
+        print(f"stampede: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ steps/cpu-s counts the CPU time of this process, all threads, during that row's 
 
 Rows:
 - ``single AtariGame``: one emulator with action repeat and resize, no vector around it;
-- ``gymnasium`` / ``ale_vector``: ``make_vec_env`` backends with E envs (E = 1, 8, 32);
+- ``python_loop`` / ``ale_vector``: ``make_vec_env`` backends with E envs (E = 1, 8, 32);
   ``ale_vector`` uses one worker thread, as an actor process does (``--threads`` adds rows
   with more threads, to show what the C++ vector does when it may use several cores);
 - reference: gymnasium's ``SyncVectorEnv`` over ale-py's ``ALE/Pong-v5`` (frameskip 4, raw
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stampede.envs import VecEnv, make_vec_env
-from stampede.envs.atari import AtariGame, AtariSettings
+from stampede.envs import EnvSettings, VecEnv, make_vec_env
+from stampede.envs.atari import AtariGame
 from stampede.envs.factory import ale_vector_available
 from stampede.envs.preprocessing import AreaResize, push_frame
 from stampede.envs.vector import AleVectorEnv
@@ -72,7 +72,7 @@ def race(contestants: list[Contestant], num_envs: int, seconds: float) -> None:
 
 def single_game() -> Step:
     """One AtariGame with resize and frame stack by hand: the per-env floor of the Python form."""
-    game, raw = AtariGame(AtariSettings(game="pong")), np.zeros((210, 160), dtype=np.uint8)
+    game, raw = AtariGame(EnvSettings(game="pong")), np.zeros((210, 160), dtype=np.uint8)
     resize, stack = AreaResize((210, 160), (84, 84)), np.zeros((4, 84, 84), dtype=np.uint8)
     game.reset(raw, seed=0)
 
@@ -88,7 +88,7 @@ def single_game() -> Step:
 def vector(backend: str, num_envs: int, threads: int = 1) -> Step:
     env: VecEnv
     if backend == "ale_vector":
-        env = AleVectorEnv(num_envs, AtariSettings(game="pong"), num_threads=threads)
+        env = AleVectorEnv(num_envs, EnvSettings(game="pong"), num_threads=threads)
     else:
         env = make_vec_env(num_envs, 0, game="pong", backend=backend)
     env.reset(0)
@@ -113,7 +113,7 @@ def gymnasium_sync(num_envs: int) -> Step:
 
 def contestants(num_envs: int, threads: list[int]) -> list[Contestant]:
     group = [Contestant("single AtariGame (no vector)", single_game())] if num_envs == 1 else []
-    group.append(Contestant("make_vec_env backend=gymnasium", vector("gymnasium", num_envs)))
+    group.append(Contestant("make_vec_env backend=python_loop", vector("python_loop", num_envs)))
     if ale_vector_available():
         group.append(Contestant("make_vec_env backend=ale_vector", vector("ale_vector", num_envs)))
         group += [

@@ -65,7 +65,7 @@ def _read_csv(path: Path) -> LearningCurve:
 
 
 def _random_score(game: str) -> float | None:
-    from stampede.report import load_reference
+    from stampede.hns import load_reference
 
     reference = load_reference()
     return reference[game].random if game in reference else None

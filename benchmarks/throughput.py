@@ -30,7 +30,8 @@ import torch
 import torch.multiprocessing as mp
 
 from stampede.buffers import rollout_spec
-from stampede.config import Config, load_config
+from stampede.compose import load_config
+from stampede.config import Config
 from stampede.envs import env_spec, make_vec_env
 from stampede.learner import Learner
 from stampede.logging import read_metrics
@@ -77,7 +78,7 @@ def learner_only(cfg: Config, seconds: float) -> tuple[float, float]:
     """(updates/s, frames/s) of the learner alone on synthetic batches of the configured shape."""
     r = cfg.runtime
     spec = env_spec(**dataclasses.asdict(cfg.env))
-    from stampede.config import model_factory
+    from stampede.model_config import model_factory
 
     model = model_factory(cfg.model, spec.obs_shape, spec.num_actions)().to(cfg.torch_device)
     learner = Learner(model, cfg.vtrace, cfg.optim, cfg.total_frames)

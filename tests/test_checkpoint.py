@@ -1,14 +1,21 @@
-"""Checkpoint writes survive a crash at any point, and pruning never loses the good ones."""
+"""Checkpoint writes survive a crash at any point, and pruning never loses the good ones; what a
+checkpoint holds (its fingerprint, its stored config) still fits after the schemas changed."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from stampede import checkpoint
+from stampede import checkpoint, eval_run
+from stampede.checkpoint_state import check_fits, config_yaml, fingerprint
+from stampede.config import Config, EvalConfig
+from stampede.envs import EnvError, EnvSettings, EnvSpec
+from stampede.model_config import AtariNetConfig, MLPConfig
 
 
 def state(frames: int) -> dict:
@@ -64,3 +71,87 @@ def test_keep_counts_the_newest_verifiable_checkpoints(tmp_path: Path) -> None:
         "ckpt_000000000004.pt",
         "ckpt_000000000003.pt",
     ]
+
+
+# ------------------------------------------------------------------------------ fingerprints
+
+PONG = EnvSpec(
+    obs_shape=(4, 84, 84), obs_dtype=np.dtype(np.uint8), num_actions=6, frames_per_step=4
+)
+
+
+def old_atari_fingerprint(model_kwargs: str) -> dict[str, object]:
+    """A fingerprint as written before the model schemas listed every constructor argument:
+    AtariNet's kwargs then were ``hidden_size`` and ``use_lstm`` only (no ``lstm_size``)."""
+    return {
+        "model": "stampede.models.AtariNet",
+        "model_kwargs": model_kwargs,
+        "env": "pong",
+        "obs_shape": [4, 84, 84],
+        "num_actions": 6,
+    }
+
+
+def test_an_older_fingerprint_of_the_same_network_fits(tmp_path: Path) -> None:
+    old = old_atari_fingerprint("[('hidden_size', 256), ('use_lstm', False)]")
+    now = fingerprint(Config(), PONG)
+    assert "lstm_size" in now["model_kwargs"]  # the argument the old record lacks
+    check_fits({"fingerprint": old}, now, tmp_path / "ckpt.pt", "advice")
+
+
+@pytest.mark.parametrize(
+    ("old_kwargs", "model", "named"),
+    [
+        (
+            "[('hidden_size', 256), ('use_lstm', False)]",
+            AtariNetConfig(hidden_size=128),
+            "model.hidden_size: checkpoint 256, this run 128",
+        ),
+        (
+            "[('hidden_size', 256), ('use_lstm', True)]",
+            AtariNetConfig(),
+            "model.use_lstm: checkpoint True, this run False",
+        ),
+        (  # lstm_size is missing from the old record: it counts at AtariNet's default (None)
+            "[('hidden_size', 256), ('use_lstm', True)]",
+            AtariNetConfig(use_lstm=True, lstm_size=128),
+            "model.lstm_size: checkpoint None, this run 128",
+        ),
+    ],
+)
+def test_an_older_fingerprint_of_another_network_is_refused_in_one_line(
+    tmp_path: Path, old_kwargs: str, model: AtariNetConfig, named: str
+) -> None:
+    old = old_atari_fingerprint(old_kwargs)
+    path = tmp_path / "ckpt.pt"
+    with pytest.raises(checkpoint.CheckpointError) as caught:
+        check_fits({"fingerprint": old}, fingerprint(Config(model=model), PONG), path, "advice")
+    message = str(caught.value)
+    assert message == f"{path} was written for another model or env ({named}); advice"
+
+
+def test_another_network_class_is_refused(tmp_path: Path) -> None:
+    old = old_atari_fingerprint("[('hidden_size', 256), ('use_lstm', False)]")
+    cartpole = EnvSettings(kind="gym", gym_id="CartPole-v1")
+    spec = EnvSpec(obs_shape=(4,), obs_dtype=np.dtype(np.float32), num_actions=2, frames_per_step=1)
+    now = fingerprint(Config(env=cartpole, model=MLPConfig()), spec)
+    with pytest.raises(
+        checkpoint.CheckpointError, match=r"model: checkpoint 'stampede\.models\.AtariNet'"
+    ):
+        check_fits({"fingerprint": old}, now, tmp_path / "ckpt.pt", "advice")
+
+
+# ------------------------------------------------------------------------- stored configs
+
+
+def test_a_stored_config_with_an_old_backend_name_still_loads(tmp_path: Path) -> None:
+    """Runs stored ``env.backend: gymnasium`` before that backend was renamed python_loop."""
+    cartpole = EnvSettings(kind="gym", gym_id="CartPole-v1", backend="python_loop")
+    stored = OmegaConf.create(config_yaml(Config(env=cartpole, model=MLPConfig())))
+    stored.env.backend = "gymnasium"
+    state = {"config": OmegaConf.to_yaml(stored)}
+    cfg = eval_run.training_config(state, tmp_path / "c.pt", eval_cfg=EvalConfig(), device="cpu")
+    assert cfg.env.backend == "python_loop"
+    # Typed today (a command line, a YAML file), the old name still gets the rename error.
+    with pytest.raises(EnvError, match=r"env\.backend='gymnasium' was renamed 'python_loop'"):
+        EnvSettings(kind="gym", gym_id="CartPole-v1", backend="gymnasium")

@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import inspect
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from torch.nn import Linear
 
-from stampede.config import (
-    Config,
-    ConfigError,
-    OptimConfig,
-    RuntimeConfig,
-    VTraceConfig,
-    register_configs,
-    to_config,
-)
+from stampede import run_lock
+from stampede.cli import check_command_line
+from stampede.compose import GROUP_SCHEMAS, register_configs, to_config
+from stampede.config import Config, OptimConfig, RuntimeConfig, VTraceConfig
+from stampede.config_error import ConfigError
+from stampede.envs import EnvSettings
+from stampede.model_config import model_factory, model_schema, network_class
+from stampede.models import MLP
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -58,10 +65,10 @@ def test_defaults_are_the_documented_atari_settings() -> None:
     o = cfg.optim
     assert (o.name, o.lr, o.eps, o.grad_clip, o.anneal_lr, o.epochs, o.minibatches) == (
         "adam",
-        2.5e-4,
+        1e-3,
         1e-5,
         40.0,
-        True,
+        False,
         4,
         4,
     )
@@ -87,6 +94,113 @@ def test_defaults_are_the_documented_atari_settings() -> None:
 )
 def test_groups_compose(overrides: list[str], check) -> None:
     assert check(composed(*overrides))
+
+
+# --- model arguments: the network's signature is the schema -------------------------------------
+
+# A value other than the default for every constructor argument of every network, by name: a new
+# argument fails test_every_model_argument_is_settable until it has one here.
+ARGUMENT_VALUES = {
+    "use_lstm": True,
+    "hidden_size": 32,
+    "lstm_size": 16,
+    "channels": [8, 8],
+    "num_blocks": 1,
+    "hidden_sizes": [16],
+    "activation": "tanh",
+}
+# Each option of the model group: its network, and an env whose observations it takes.
+MODEL_GROUPS = {
+    "shallow": ("stampede.models.AtariNet", "pong", (4, 84, 84)),
+    "resnet": ("stampede.models.ResNet", "pong", (4, 84, 84)),
+    "mlp": ("stampede.models.MLP", "cartpole", (4,)),
+}
+
+
+def constructor_arguments(target: str) -> list[str]:
+    parameters = inspect.signature(network_class(target)).parameters
+    return [name for name in parameters if name not in ("obs_shape", "num_actions")]
+
+
+@pytest.mark.parametrize(
+    ("group", "argument"),
+    [
+        (group, argument)
+        for group, (target, _, _) in MODEL_GROUPS.items()
+        for argument in constructor_arguments(target)
+    ],
+)
+def test_every_model_argument_is_settable(group: str, argument: str) -> None:
+    """``model.<arg>=`` reaches the constructor for every argument of each network."""
+    target, env, obs_shape = MODEL_GROUPS[group]
+    value = ARGUMENT_VALUES[argument]
+    cfg = composed(f"env={env}", f"model={group}", f"model.{argument}={json.dumps(value)}")
+    assert cfg.model._target_ == target
+    assert getattr(cfg.model, argument) == value
+    make_model = model_factory(cfg.model, obs_shape, 3)
+    assert make_model.keywords[argument] == value
+    make_model()  # the network takes it
+
+
+def test_model_schemas_are_the_signatures() -> None:
+    """Each model schema has exactly its network's arguments, with the signature's defaults."""
+    for schema in GROUP_SCHEMAS["model"].values():
+        model = schema()
+        parameters = inspect.signature(network_class(model._target_)).parameters
+        assert list(model.kwargs()) == constructor_arguments(model._target_)
+        for name, value in model.kwargs().items():
+            default = parameters[name].default
+            assert value == (list(default) if isinstance(default, tuple) else default)
+
+
+class WidthMLP(MLP):
+    """A network of one's own: a required argument and a sequence default."""
+
+    def __init__(
+        self, obs_shape: Sequence[int], num_actions: int, width: int, more: Sequence[int] = (4,)
+    ) -> None:
+        super().__init__(obs_shape, num_actions, hidden_sizes=(width, *more))
+
+
+def test_model_schema_of_a_new_network() -> None:
+    """A required argument is a required key; a tuple default becomes a list Hydra can compose."""
+    schema = model_schema(f"{__name__}.WidthMLP")
+    node = OmegaConf.structured(schema)
+    assert OmegaConf.is_missing(node, "width")
+    assert node.more == [4]
+    network = model_factory(schema(width=8), (3,), 2)()
+    assert [layer.out_features for layer in network.torso if isinstance(layer, Linear)] == [8, 4]
+
+
+@pytest.mark.parametrize("override", ["model.dropout=0.1", "+model.dropout=0.1"])
+def test_unknown_model_key_is_one_line_listing_the_allowed_keys(override, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        check_command_line([override], CONF)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "stampede: config error: model.dropout: no such key; "
+        "allowed: _target_, use_lstm, hidden_size, lstm_size\n"
+    )
+
+
+# --- env settings: one schema, one check per key -------------------------------------------------
+
+
+@pytest.mark.parametrize("p", ["-0.1", "1.0", "1.5"])
+def test_sticky_action_probability_out_of_range_is_one_line(p: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        check_command_line([f"env.repeat_action_probability={p}"], CONF)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"stampede: config error: env.repeat_action_probability must be in [0, 1), got {float(p)}\n"
+    )
+
+
+def test_env_schema_is_the_envs_own_settings() -> None:
+    """cfg.env is what the env package builds from: no second copy of a default or a check."""
+    assert type(composed().env) is EnvSettings
+    assert GROUP_SCHEMAS["env"] == {"env_schema": EnvSettings}
 
 
 def test_derived_values_are_properties() -> None:
@@ -138,6 +252,10 @@ BAD_INPUT = [
     (["runtime.envs_per_actor=2", "runtime.batch_size=2"], "optim.minibatches"),
     (["vtrace.pg_clip=1.5"], "vtrace.pg_clip"),
     (["optim.epochs=0"], "optim.epochs"),
+    (["env.repeat_action_probability=1.0"], "env.repeat_action_probability must be in [0, 1)"),
+    (["env.backend=gymnasium"], "env.backend='gymnasium' was renamed 'python_loop'"),
+    (["model.lstm_sise=128"], "model.lstm_sise: no such key; allowed: _target_, use_lstm"),
+    (["env=cartpole", "model=mlp", "model.activation=gelu"], "activation must be one of"),
     (["mode=eval", "checkpoint=does/not/exist"], "checkpoint='does/not/exist'"),
     pytest.param(
         ["device=cuda"],
@@ -213,6 +331,59 @@ def test_bad_command_line_fails_fast_with_one_line(
     assert key in lines[0], lines[0]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@contextlib.contextmanager
+def held_as_a_run_holds_it(run_dir: Path) -> Iterator[None]:
+    """The lock of ``run_dir``, held by this process with its ``pid host`` in the file."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / run_lock.LOCK_FILE).open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write(f"{os.getpid()} {socket.gethostname()}\n")
+        lock.flush()
+        yield
+
+
+def test_a_refused_second_run_leaves_the_first_runs_hydra_files(tmp_path: Path) -> None:
+    """A run directory that another run holds is refused with the runner's one line and exit 2,
+    before Hydra writes its .hydra/ files over the first run's."""
+    run_dir = tmp_path / "run"
+    hydra_dir = run_dir / ".hydra"
+    hydra_dir.mkdir(parents=True)
+    (hydra_dir / "config.yaml").write_text("the first run's config\n")
+    with held_as_a_run_holds_it(run_dir):
+        with pytest.raises(run_lock.RunDirBusy) as busy:  # what the runner refuses it with
+            run_lock.refuse_if_busy(run_dir)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "run.py"),
+                "env=cartpole",
+                "model=mlp",
+                f"hydra.run.dir={run_dir}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"stampede: {busy.value}\n"
+    assert f"pid {os.getpid()} on {socket.gethostname()}" in proc.stderr
+    assert [p.name for p in hydra_dir.iterdir()] == ["config.yaml"]
+    assert (hydra_dir / "config.yaml").read_text() == "the first run's config\n"
+
+
+def test_torchrun_ranks_leave_a_busy_run_directory_to_the_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every torchrun rank runs the pre-check, and rank 0's runner may lock the shared directory
+    while another rank is still there: ranks leave the refusal to the runner, which refuses them
+    all (tests/test_faults.py)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    run_dir = tmp_path / "run"
+    with held_as_a_run_holds_it(run_dir):
+        check_command_line(["env=cartpole", "model=mlp", f"hydra.run.dir={run_dir}"], CONF)
 
 
 def test_cfg_job_prints_the_composed_config(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from stampede.envs import (
     EnvError,
+    EnvSettings,
     VecEnv,
     VecStep,
     atari_games,
@@ -14,12 +15,12 @@ from stampede.envs import (
     make_vec_env,
     resolve_backend,
 )
-from stampede.envs.atari import AtariGame, AtariSettings, uniform_below
+from stampede.envs.atari import AtariGame, uniform_below
 from stampede.envs.factory import ale_vector_available
 from stampede.envs.preprocessing import AreaResize, max_pool, push_frame, restart_stack
 
 ATARI_BACKENDS = [
-    "gymnasium",
+    "python_loop",
     pytest.param(
         "ale_vector",
         marks=pytest.mark.skipif(not ale_vector_available(), reason="ale-py < 0.12"),
@@ -224,14 +225,15 @@ def test_same_seed_same_trajectory_and_seeds_differ(backend):
 
 
 def test_sticky_action_probability_reaches_ale():
-    game = AtariGame(AtariSettings(game="pong", repeat_action_probability=0.25))
+    game = AtariGame(EnvSettings(game="pong", repeat_action_probability=0.25))
     assert game.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize("backend", ATARI_BACKENDS)
 def test_sticky_actions_repeat_the_previous_action(backend):
-    # With probability 1 ALE always repeats its previous action, NOOP since the reset: any
-    # action sequence then plays like all-NOOP. With 0 the paddle moves.
+    # With probability near 1 ALE repeats its previous action, NOOP since the reset: any action
+    # sequence then plays like all-NOOP (1 itself is refused: the agent would never act). With 0
+    # the paddle moves.
     def play(p: float) -> tuple[np.ndarray, np.ndarray]:
         """Observations [T, 1, 4, 84, 84] under RIGHT (2) only and under NOOP only."""
         env = make_vec_env(1, 0, game="pong", backend=backend, repeat_action_probability=p)
@@ -239,7 +241,7 @@ def test_sticky_actions_repeat_the_previous_action(backend):
         env.close()
         return np.stack([s.obs for s in moves]), np.stack([s.obs for s in noops])
 
-    sticky_moves, sticky_noops = play(1.0)
+    sticky_moves, sticky_noops = play(1 - 1e-9)
     np.testing.assert_array_equal(sticky_moves, sticky_noops)
     moves, noops = play(0.0)
     assert (moves != noops).any()
@@ -255,7 +257,9 @@ def test_sticky_actions_repeat_the_previous_action(backend):
     ],
 )
 def test_backends_give_identical_steps(game, knobs):
-    envs = [make_vec_env(2, 5, game=game, backend=b, **knobs) for b in ("gymnasium", "ale_vector")]
+    envs = [
+        make_vec_env(2, 5, game=game, backend=b, **knobs) for b in ("python_loop", "ale_vector")
+    ]
     actions = random_actions(200, 2, envs[0].spec.num_actions)
     (first_py, steps_py), (first_cpp, steps_cpp) = (rollout(env, 5, actions) for env in envs)
     np.testing.assert_array_equal(first_py, first_cpp)
@@ -270,11 +274,24 @@ def test_backends_give_identical_steps(game, knobs):
 
 
 def test_auto_picks_the_c_plus_plus_vector_for_several_envs():
-    expected = "ale_vector" if ale_vector_available() else "gymnasium"
-    assert resolve_backend("atari", "auto", num_envs=8) == expected
-    assert resolve_backend("atari", "auto", num_envs=1) == "gymnasium"
-    assert resolve_backend("atari", "gymnasium", num_envs=8) == "gymnasium"
-    assert resolve_backend("gym", "auto") == "gymnasium"
+    expected = "ale_vector" if ale_vector_available() else "python_loop"
+    assert resolve_backend(EnvSettings(), num_envs=8) == expected
+    assert resolve_backend(EnvSettings(), num_envs=1) == "python_loop"
+    assert resolve_backend(EnvSettings(backend="python_loop"), num_envs=8) == "python_loop"
+    assert resolve_backend(EnvSettings(kind="gym", gym_id="CartPole-v1")) == "python_loop"
+
+
+def test_the_python_loops_are_called_python_loop():
+    """Neither Python-loop backend is named after gymnasium; the old name says what replaced it."""
+    for fields in (
+        {"game": "pong", "backend": "python_loop"},
+        {"kind": "gym", "gym_id": "CartPole-v1"},
+    ):
+        env = make_vec_env(1, 0, **fields)
+        assert env.backend == "python_loop"
+        env.close()
+    with pytest.raises(EnvError, match=r"env\.backend='gymnasium' was renamed 'python_loop'"):
+        make_vec_env(1, 0, game="pong", backend="gymnasium")
 
 
 @pytest.mark.parametrize("backend", ATARI_BACKENDS)
@@ -285,6 +302,13 @@ def test_large_seeds_wrap_into_the_emulator_range(backend):
 
 
 # --- errors --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+def test_sticky_action_probability_is_below_one(p):
+    """[0, 1): with probability 1 the agent's actions would never reach the game."""
+    with pytest.raises(EnvError, match=r"env\.repeat_action_probability must be in \[0, 1\), got"):
+        EnvSettings(repeat_action_probability=p)
 
 
 def test_unknown_game_names_env_game():
@@ -312,6 +336,8 @@ def test_bad_settings_name_their_key():
         env_spec(kind="gym", gym_id="CartPole-v1", backend="ale_vector")
     with pytest.raises(EnvError, match=r"env\.frame_skip must be >= 1, got 0"):
         env_spec(frame_skip=0)
+    with pytest.raises(EnvError, match=r"env\.gym_id must be a gymnasium id"):
+        env_spec(kind="gym")
     with pytest.raises(EnvError, match=r"unknown env setting.*frameskip"):
         env_spec(frameskip=4)
 

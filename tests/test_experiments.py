@@ -17,8 +17,9 @@ import yaml
 
 from stampede import analysis
 from stampede.atari57 import ATARI5, atari57
-from stampede.config import ResNetConfig, load_config
+from stampede.compose import load_config
 from stampede.envs import atari_games
+from stampede.model_config import ResNetConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import pickle
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -252,3 +255,72 @@ def test_no_shell_is_built_from_strings() -> None:
             r"(?<![.\w])exec\(",
         ):
             assert not re.search(pattern, text), f"{path}: {pattern}"
+
+
+HOLD_LOCK = """
+import fcntl, os, socket, sys, time
+with open(sys.argv[1], "a+") as f:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.write(f"{os.getpid()} {socket.gethostname()}")
+    f.flush()
+    print("held", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_a_second_run_on_a_busy_run_directory_is_refused(tmp_path: Path) -> None:
+    """Another live process holds the run directory's lock: refused in one line, exit 2, nothing
+    written; once that process is gone (killed: no chance to clean up), a run starts fine."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run_dir / ".lock")], stdout=subprocess.PIPE, text=True
+    )
+    args = ["env=cartpole", *TINY, "total_frames=1000"]
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        proc = run_py(run_dir, *args)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert str(run_dir) in lines[0]
+        assert f"pid {holder.pid} on {socket.gethostname()}" in lines[0]
+        assert not (run_dir / "config.yaml").exists()
+        assert not read_metrics(run_dir)
+    finally:
+        holder.kill()
+        holder.wait()
+    proc = run_py(run_dir, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_metrics(run_dir)[-1]["env/frames"] >= 1000
+
+
+def test_every_rank_is_refused_a_busy_run_directory(tmp_path: Path) -> None:
+    """Under torchrun only rank 0 takes the lock; the other ranks learn of the refusal from it."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lock = (run_dir / ".lock").open("a+")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    lock.write(f"{os.getpid()} {socket.gethostname()}")
+    lock.flush()
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    args = [f"hydra.run.dir={run_dir}", "env=cartpole", *TINY, "total_frames=1000"]
+    proc = subprocess.Popen(
+        [*torchrun, str(ROOT / "run.py"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,  # its ranks are killed with it if the test times out
+    )
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        lock.close()
+    refusal = f"stampede: {run_dir} is in use by another run (pid {os.getpid()}"
+    assert proc.returncode != 0
+    assert stderr.count(refusal) == 2, stderr[-3000:]
+    assert not (run_dir / "config.yaml").exists()

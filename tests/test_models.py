@@ -10,7 +10,15 @@ import pytest
 import torch
 from torch import Tensor
 
-from stampede.models import MLP, ActorCritic, AtariNet, ModelOutput, ResNet, select_action
+from stampede.models import (
+    MLP,
+    ActorCritic,
+    AtariNet,
+    ModelOutput,
+    ResNet,
+    policy_step,
+    select_action,
+)
 
 ATARI_OBS = (4, 84, 84)
 
@@ -58,6 +66,14 @@ def test_mlp_parameter_count() -> None:
     # obs 4, hidden (64, 64), 2 actions: 4*64+64 = 320, 64*64+64 = 4_160;
     # core input 64+1+2 = 67: policy 67*2+2 = 136, baseline 68 -> 4_684.
     assert num_params(MLP((4,), 2)) == 4_684
+
+
+def test_mlp_without_hidden_layers_is_linear_in_its_inputs() -> None:
+    # hidden_sizes=() (documented as a linear torso): core input 4+1+2 = 7 features,
+    # policy 7*2+2 = 16, baseline 8 -> 24 parameters, and no torso layer at all.
+    model = MLP((4,), 2, hidden_sizes=())
+    assert num_params(model) == 24
+    assert len(model.torso) == 0
 
 
 def make_inputs(
@@ -238,6 +254,77 @@ def test_select_action_samples_follow_softmax() -> None:
 def test_select_action_rejects_wrong_rank() -> None:
     with pytest.raises(ValueError, match=re.escape("policy_logits must have shape [T, B, A]")):
         select_action(torch.zeros(3, 4))
+
+
+def policy_inputs() -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(obs [3, 4], a_{t-1} [3], r_{t-1} [3] partly beyond the clip, done [3]) for a 2-action
+    MLP of 3 environments."""
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(3, 4, generator=g)
+    last_action = torch.randint(0, 2, (3,), generator=g)
+    reward = torch.tensor([5.0, -0.5, -3.0])
+    done = torch.tensor([True, False, False])
+    return obs, last_action, reward, done
+
+
+def test_policy_step_is_one_time_step_of_the_network_on_clipped_rewards() -> None:
+    torch.manual_seed(0)
+    model = MLP((4,), 2, use_lstm=True, hidden_size=8, hidden_sizes=[8])
+    obs, last_action, reward, done = policy_inputs()
+    state = tuple(torch.randn(s.shape) for s in model.initial_state(3))
+    step = policy_step(
+        model, obs, last_action, reward, done, state, device=torch.device("cpu"), reward_clip=1.0
+    )
+    # [B, ...] -> [T = 1, B, ...]
+    clipped = reward.clamp(-1.0, 1.0)
+    out = model(obs[None], last_action[None], clipped[None], done[None], state)
+    torch.testing.assert_close(step.logits, out.policy_logits[0], rtol=0, atol=0)
+    for after, expected in zip(step.core_state, out.core_state, strict=True):
+        torch.testing.assert_close(after, expected, rtol=0, atol=0)
+    assert step.action.shape == (3,)
+    assert step.action.dtype == torch.int64
+    greedy = policy_step(
+        model,
+        obs,
+        last_action,
+        reward,
+        done,
+        state,
+        device=torch.device("cpu"),
+        reward_clip=1.0,
+        greedy=True,
+    )
+    assert torch.equal(greedy.action, out.policy_logits[0].argmax(-1))
+
+
+def test_policy_step_reads_a_nan_reward_as_zero() -> None:
+    """A faulty env's NaN reward must not stop the behaviour policy (the learner skips it)."""
+    torch.manual_seed(0)
+    model = MLP((4,), 2, hidden_sizes=[8])
+    obs, last_action, reward, done = policy_inputs()
+    cpu = torch.device("cpu")
+    nan = policy_step(
+        model,
+        obs,
+        last_action,
+        reward.index_fill(0, torch.tensor([1]), math.nan),
+        done,
+        (),
+        device=cpu,
+        reward_clip=1.0,
+    )
+    zero = policy_step(
+        model,
+        obs,
+        last_action,
+        reward.index_fill(0, torch.tensor([1]), 0.0),
+        done,
+        (),
+        device=cpu,
+        reward_clip=1.0,
+    )
+    assert torch.isfinite(nan.logits).all()
+    torch.testing.assert_close(nan.logits, zero.logits, rtol=0, atol=0)
 
 
 def test_mlp_rejects_image_shape() -> None:

@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stampede import analysis, report
-from stampede import evaluate as ev
-from stampede.config import Config, EnvConfig
-from stampede.runner import config_yaml
+from stampede import analysis, hns
+from stampede.checkpoint_state import config_yaml
+from stampede.config import Config
+from stampede.envs import EnvSettings
+from stampede.eval_results import EvalRecord, write_eval
+from stampede.evaluate import Evaluation
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = {
@@ -28,7 +30,7 @@ SEEDS = (1, 2)
 def make_run(run_dir: Path, game: str, seed: int, episodes: int = 40) -> None:
     """A run directory as the runner and evaluation leave it, with a rising learning curve."""
     run_dir.mkdir(parents=True)
-    cfg = Config(env=EnvConfig(game=game), seed=seed, name="fixture")
+    cfg = Config(env=EnvSettings(game=game), seed=seed, name="fixture")
     (run_dir / "config.yaml").write_text(config_yaml(cfg))
     rng = np.random.default_rng(seed)
     frames = np.sort(rng.integers(1_000, 2_000_000, episodes))
@@ -39,8 +41,8 @@ def make_run(run_dir: Path, game: str, seed: int, episodes: int = 40) -> None:
             f.write(json.dumps(line | {"env/episode_length": 100}) + "\n")
     with (run_dir / "metrics.jsonl").open("w") as f:
         f.write(json.dumps({"env/frames": int(frames[-1]), "loss/total": 0.5}) + "\n")
-    result = ev.EvalResult(returns=tuple(returns[-5:]), lengths=(100,) * 5)
-    ev.write_eval(run_dir, ev.eval_record(result, cfg, int(frames[-1]), None), result)
+    evaluation = Evaluation(returns=tuple(returns[-5:]), lengths=(100,) * 5)
+    write_eval(run_dir, EvalRecord.of(evaluation, cfg, int(frames[-1]), None), evaluation)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +107,9 @@ def test_find_runs_falls_back_to_eval_json(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "episodes.jsonl").write_text('{"env/frames": 10, "env/episode_return": 1.0}\n')
-    (run / "eval.json").write_text(json.dumps({"game": "pong", "seed": 4, "experiment": "x"}))
+    evaluation = Evaluation(returns=(1.0,), lengths=(10,))
+    cfg = Config(env=EnvSettings(game="pong"), seed=4, name="x")
+    write_eval(run, EvalRecord.of(evaluation, cfg, 10, None), evaluation)
     (info,) = analysis.find_runs(tmp_path)
     assert (info.game, info.seed, info.env_kind) == ("pong", 4, "atari")
 
@@ -152,8 +156,8 @@ def test_curve_is_nan_outside_the_logged_frames() -> None:
 
 
 def test_paper_comparison_is_100_at_the_paper_and_0_at_random() -> None:
-    ref = report.load_reference()
-    table = report.table_from_scores(
+    ref = hns.load_reference()
+    table = hns.table_from_scores(
         {"pong": ref["pong"].impala_deep, "breakout": ref["breakout"].random, "enduro": 5.0}
     )
     comparison = analysis.paper_comparison(table)

@@ -1,4 +1,5 @@
-"""Tests for the Atari-57 results table (stampede.report) and the game list (stampede.atari57)."""
+"""The Atari-57 results table (stampede.hns), the report of a sweep (stampede.report: every bad
+input one line and exit 2) and the game list (stampede.atari57)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from stampede import atari57 as atari57_module
-from stampede import report
+from stampede import hns, report
 from stampede.atari57 import ATARI5, ATARI57, IMPALA_SCORES_CSV, RANDOM_HUMAN_CSV, read_data_csv
 
 # A partial sweep: 3 games x 2 seeds, scores chosen so means and stds are easy to check.
@@ -64,14 +66,14 @@ def sweep(tmp_path: Path) -> Path:
 
 
 def _paper_scores() -> dict[str, float]:
-    return {game: ref.impala_deep for game, ref in report.load_reference().items()}
+    return {game: ref.impala_deep for game, ref in hns.load_reference().items()}
 
 
 # ---------------------------------------------------------------------------- reference data
 
 
 def test_paper_scores_as_ours_reproduce_paper_median_and_mean() -> None:
-    table = report.table_from_scores(_paper_scores())
+    table = hns.table_from_scores(_paper_scores())
     assert table.n_games == 57
     assert table.missing == ()
     assert 100 * table.median_hns == pytest.approx(191.8, abs=0.1)
@@ -83,8 +85,8 @@ def test_paper_scores_as_ours_reproduce_paper_median_and_mean() -> None:
 
 
 def test_dqn_zoo_random_changes_mean_but_not_median() -> None:
-    paper = report.table_from_scores(_paper_scores())
-    dqn_zoo = report.table_from_scores(_paper_scores(), random_overrides={})
+    paper = hns.table_from_scores(_paper_scores())
+    dqn_zoo = hns.table_from_scores(_paper_scores(), random_overrides={})
     assert dqn_zoo.median_hns == pytest.approx(paper.median_hns)
     # video_pinball alone: (572898.27 - 16256.9) / (17667.9 - 16256.9) ~ 394.5 (39450%).
     row = next(r for r in dqn_zoo.rows if r.game == "video_pinball")
@@ -94,7 +96,7 @@ def test_dqn_zoo_random_changes_mean_but_not_median() -> None:
 
 def test_hns_hand_checked_for_pong() -> None:
     # Pong: random -20.7, human 14.6; a score of 0 is (0 + 20.7) / (14.6 + 20.7) of human.
-    row = report.table_from_scores({"pong": 0.0}).rows[0]
+    row = hns.table_from_scores({"pong": 0.0}).rows[0]
     assert (row.random, row.human) == (-20.7, 14.6)
     assert row.hns == pytest.approx(20.7 / 35.3)
     assert row.impala_deep == 20.98
@@ -133,23 +135,23 @@ def test_unknown_module_attribute_raises() -> None:
 
 def test_iqm_hand_computed() -> None:
     # n=8: drop 2 lowest and 2 highest, mean of 3, 4, 5, 6.
-    assert report.interquartile_mean([8, 1, 7, 2, 6, 3, 5, 4]) == pytest.approx(4.5)
+    assert hns.interquartile_mean([8, 1, 7, 2, 6, 3, 5, 4]) == pytest.approx(4.5)
     # n=5: floor(5 / 4) = 1 dropped at each end, so the outlier 100 does not count.
-    assert report.interquartile_mean([0, 1, 2, 3, 100]) == pytest.approx(2.0)
+    assert hns.interquartile_mean([0, 1, 2, 3, 100]) == pytest.approx(2.0)
     # n=3: nothing dropped.
-    assert report.interquartile_mean([1, 2, 6]) == pytest.approx(3.0)
-    assert math.isnan(report.interquartile_mean([]))
+    assert hns.interquartile_mean([1, 2, 6]) == pytest.approx(3.0)
+    assert math.isnan(hns.interquartile_mean([]))
 
 
 def test_table_iqm_uses_hns() -> None:
     # HNS 0, 1, 2, 10 (fractions) for four games -> IQM is the mean of 1 and 2.
-    refs = report.load_reference()
+    refs = hns.load_reference()
     games = ["pong", "breakout", "boxing", "enduro"]
     scores = {
         g: refs[g].random + k * (refs[g].human - refs[g].random)
         for g, k in zip(games, [0, 1, 2, 10], strict=True)
     }
-    table = report.table_from_scores(scores)
+    table = hns.table_from_scores(scores)
     assert table.iqm_hns == pytest.approx(1.5)
     assert table.median_hns == pytest.approx(1.5)
     assert table.mean_hns == pytest.approx(13 / 4)
@@ -169,7 +171,7 @@ def test_partial_sweep(sweep: Path) -> None:
     assert len(table.missing) == 54
     assert set(table.missing) == set(ATARI57) - {"pong", "breakout", "ms_pacman"}
     # HNS of the mean over seeds equals the mean of per-seed HNS (HNS is affine).
-    ref = report.load_reference()["breakout"]
+    ref = hns.load_reference()["breakout"]
     assert by_game["breakout"].hns == pytest.approx((ref.hns(100.0) + ref.hns(300.0)) / 2)
 
 
@@ -181,7 +183,7 @@ def test_collect_skips_non_atari_and_warns_on_bad_files(sweep: Path) -> None:
     broken.parent.mkdir()
     broken.write_text("{not json")
     incomplete = sweep / "incomplete" / "eval.json"
-    _write(incomplete, {"game": "pong", "env_kind": "atari", "seed": 3})
+    _write(incomplete, {k: v for k, v in _eval_record("pong", 3, 1.0).items() if k != "mean"})
     with pytest.warns(report.ReportWarning) as caught:
         results = report.collect(sweep)
     assert len(results) == 6
@@ -205,16 +207,16 @@ def test_build_table_warns_on_non_atari57_game_and_duplicate_seed(tmp_path: Path
 
 
 def test_beats_paper_flag() -> None:
-    table = report.table_from_scores({"pong": 21.0, "breakout": 10.0})
+    table = hns.table_from_scores({"pong": 21.0, "breakout": 10.0})
     assert {row.game: row.beats_paper for row in table.rows} == {"breakout": False, "pong": True}
     assert table.n_beat_paper == 1
 
 
 def test_table_from_scores_accepts_seed_lists_and_rejects_unknown_games() -> None:
-    row = report.table_from_scores({"pong": [10.0, 12.0, 14.0]}).rows[0]
+    row = hns.table_from_scores({"pong": [10.0, 12.0, 14.0]}).rows[0]
     assert (row.score, row.n_seeds, row.std) == (12.0, 3, pytest.approx(2.0))
     with pytest.raises(ValueError, match="Pong-v5"):
-        report.table_from_scores({"Pong-v5": 1.0})
+        hns.table_from_scores({"Pong-v5": 1.0})
 
 
 # --------------------------------------------------------------------------------------- CLI
@@ -246,14 +248,97 @@ def test_cli_prints_table_and_writes_csv_and_markdown(
     assert "- median HNS:" in markdown
 
 
-@pytest.mark.parametrize("make_dir", [True, False], ids=["empty-dir", "no-such-dir"])
-def test_cli_without_results_exits_1(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], make_dir: bool
+def test_cli_warns_in_one_line_per_skipped_file(
+    sweep: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    target = tmp_path / "sweep"
-    if make_dir:
-        (target / "run0").mkdir(parents=True)
-    assert report.cli([str(target)]) == 1
-    err = capsys.readouterr().err
-    assert str(target) in err
-    assert ("no Atari eval.json found" in err) if make_dir else ("does not exist" in err)
+    (sweep / "broken").mkdir()
+    (sweep / "broken" / "eval.json").write_text("{not json")
+    _write(sweep / "other" / "eval.json", _eval_record("not_a_game", 1, 7.0))
+    assert report.cli([str(sweep)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2, err
+    assert all(line.startswith("stampede-report: warning: skipping ") for line in err)
+    assert str(sweep / "broken" / "eval.json") in err[0]
+    assert "'not_a_game' is not an Atari-57 ALE id" in err[1]
+
+
+def _no_such_dir(tmp: Path) -> list[str]:
+    return [str(tmp / "nope")]
+
+
+def _a_file(tmp: Path) -> list[str]:
+    (tmp / "sweep").write_text("not a directory")
+    return [str(tmp / "sweep")]
+
+
+def _empty_dir(tmp: Path) -> list[str]:
+    (tmp / "sweep" / "run0").mkdir(parents=True)
+    return [str(tmp / "sweep")]
+
+
+def _unreadable(tmp: Path) -> list[str]:
+    (tmp / "sweep" / "run0").mkdir(parents=True)
+    (tmp / "sweep" / "run0" / "eval.json").write_text("{not json")
+    return [str(tmp / "sweep")]
+
+
+def _not_atari(tmp: Path) -> list[str]:
+    _write(tmp / "sweep" / "eval.json", {**_eval_record("CartPole-v1", 1, 9.0), "env_kind": "gym"})
+    return [str(tmp / "sweep")]
+
+
+def _unknown_game(tmp: Path) -> list[str]:
+    _write(tmp / "sweep" / "eval.json", _eval_record("not_a_game", 1, 7.0))
+    return [str(tmp / "sweep")]
+
+
+def _csv_not_writable(tmp: Path) -> list[str]:
+    _write(tmp / "sweep" / "eval.json", _eval_record("pong", 1, 7.0))
+    return [str(tmp / "sweep"), "--csv", str(tmp / "no" / "such" / "dir" / "t.csv")]
+
+
+def _markdown_not_writable(tmp: Path) -> list[str]:
+    _write(tmp / "sweep" / "eval.json", _eval_record("pong", 1, 7.0))
+    return [str(tmp / "sweep"), "--markdown", str(tmp / "sweep")]
+
+
+# Each: the command line, and what its one line must name.
+BAD_REPORT_INPUT = {
+    "no-such-dir": (_no_such_dir, "does not exist or is not a directory"),
+    "a-file": (_a_file, "does not exist or is not a directory"),
+    "empty-dir": (_empty_dir, "no Atari-57 result in '{tmp}/sweep' (none found)"),
+    "unreadable": (_unreadable, "(1 skipped, the first: skipping unreadable {tmp}/sweep/run0"),
+    "not-atari": (_not_atari, "no Atari-57 result in '{tmp}/sweep' (none found)"),
+    "unknown-game": (_unknown_game, "game 'not_a_game' is not an Atari-57 ALE id"),
+    "csv-not-writable": (_csv_not_writable, "--csv '{tmp}/no/such/dir/t.csv': cannot write"),
+    "markdown-not-writable": (_markdown_not_writable, "--markdown '{tmp}/sweep': cannot write"),
+}
+
+
+@pytest.mark.parametrize(("make", "names"), BAD_REPORT_INPUT.values(), ids=BAD_REPORT_INPUT.keys())
+def test_cli_bad_input_is_one_line_and_exit_2(
+    make: Callable[[Path], list[str]],
+    names: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert report.cli(make(tmp_path)) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("stampede-report: ")
+    assert names.format(tmp=tmp_path) in err[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [([], "sweep_dir"), (["sweep", "--html", "t.html"], "--html"), (["sweep", "--csv"], "--csv")],
+)
+def test_cli_bad_command_line_is_one_line_and_exit_2(
+    argv: list[str], names: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        report.cli(argv)
+    assert caught.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert names in err[0]

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from stampede.config import load_config
+from stampede import checkpoint, run_lock, runner
+from stampede.checkpoint import CheckpointError
+from stampede.compose import load_config
 from stampede.runner import Trainer
+from stampede.train_metrics import Window
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -27,7 +37,7 @@ def _rng_when_training_starts(trainer: Trainer, monkeypatch: pytest.MonkeyPatch)
     def stop(*args: object) -> None:
         raise _Stop
 
-    monkeypatch.setattr(trainer, "_logger", stop)
+    monkeypatch.setattr(runner, "run_logger", stop)
     with pytest.raises(_Stop):
         trainer.train()
     return torch.get_rng_state()
@@ -74,17 +84,139 @@ def _batch() -> dict[str, torch.Tensor]:
 
 
 def test_a_skipped_update_stays_out_of_the_interval_means() -> None:
-    from stampede.runner import _Window
-
-    window = _Window(frames=0)
+    window = Window(frames=0, frames_per_step=1, world_size=1)
     good = {"loss/pg": 1.0, "loss/baseline": 2.0, "loss/entropy": -1.0, "learner/grad_norm": 4.0}
     window.add(good | {"learner/explained_variance": 0.5}, _batch())
     nan = float("nan")
     window.add(good | {"loss/baseline": nan, "learner/grad_norm": nan}, _batch())
     window.add(good | {"learner/explained_variance": nan}, _batch())  # a NaN diagnostic only
-    line = window.line(frames=300, updates=3, frames_per_step=1, world_size=1)
+    line = window.line(frames=300, updates=3)
     assert line["loss/baseline"] == 2.0
     assert line["learner/grad_norm"] == 4.0
     assert line["learner/explained_variance"] == 0.5
     assert line["learner/skipped_in_interval"] == 1
     assert line["env/episodes"] == 3  # the skipped update's games still count
+
+
+# An older run's checkpoint: its fingerprint records the MLP's arguments the schema had then (no
+# `activation`), and its stored config names the backend by its old name.
+OLD_MLP_KWARGS = "[('hidden_size', 64), ('hidden_sizes', [64, 64]), ('use_lstm', False)]"
+
+
+def _as_an_older_version_wrote_it(run_dir: Path, model_kwargs: str) -> None:
+    """Rewrite the run's checkpoint as an older version wrote it, at 100 frames."""
+    directory = checkpoint.checkpoint_dir(run_dir)
+    found = checkpoint.load_latest(directory)
+    assert found is not None
+    state = found[1]
+    state["fingerprint"]["model_kwargs"] = model_kwargs
+    state["config"] = state["config"].replace("backend: python_loop", "backend: gymnasium")
+    assert "backend: gymnasium" in state["config"]
+    state["frames"] = 100
+    checkpoint.save(directory, 100, state, keep=1)
+
+
+def test_a_checkpoint_of_an_older_version_resumes(tmp_path: Path) -> None:
+    cfg = load_config(CONF, [*TINY, "env.backend=python_loop"])
+    Trainer(cfg, tmp_path).save_checkpoint()
+    _as_an_older_version_wrote_it(tmp_path, OLD_MLP_KWARGS)
+    assert Trainer(cfg, tmp_path).progress.frames == 100
+
+
+@pytest.mark.parametrize(
+    ("model_kwargs", "named"),
+    [
+        (OLD_MLP_KWARGS.replace("64), ('hidden_sizes'", "128), ('hidden_sizes'"), "hidden_size"),
+        (OLD_MLP_KWARGS.replace("False", "True"), "use_lstm"),
+    ],
+)
+def test_a_checkpoint_of_an_older_version_and_another_network_is_refused(
+    tmp_path: Path, model_kwargs: str, named: str
+) -> None:
+    cfg = load_config(CONF, [*TINY, "env.backend=python_loop"])
+    Trainer(cfg, tmp_path).save_checkpoint()
+    _as_an_older_version_wrote_it(tmp_path, model_kwargs)
+    with pytest.raises(CheckpointError) as caught:
+        Trainer(cfg, tmp_path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "was written for another model or env" in message
+    assert f"model.{named}: checkpoint" in message
+    assert "activation" not in message  # missing from the old record: no difference
+
+
+class _RecordingPool:
+    """Stands in for the actor pool: a full slot whenever asked, until stop(); records calls
+    that come after stop() (the batch thread and stop() both talking to the actors' pipes)."""
+
+    restarts = 0
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.released = 0
+        self.after_stop: list[str] = []
+        self.callers: set[threading.Thread] = set()
+
+    def _enter(self, name: str) -> None:
+        self.callers.add(threading.current_thread())
+        if self.stopped:
+            self.after_stop.append(name)
+
+    def next_full_slot(self, stopping: Callable[[], bool]) -> int | None:
+        self._enter("next_full_slot")
+        time.sleep(0.01)  # waiting on the actors' pipes
+        return None if stopping() else 0
+
+    def release(self, index: int) -> None:
+        self._enter("release")
+        self.released += 1
+
+    def set_version(self, version: int) -> None:
+        self._enter("set_version")
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_the_batch_thread_is_joined_before_the_pool_stops(
+    prefetch: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop ends while the batch thread holds a gathered batch (prefetch: blocked on the full
+    queue) or waits for the next request (no prefetch); shutdown must end it, then stop the pool."""
+    cfg = load_config(CONF, [*TINY, f"runtime.prefetch={str(prefetch).lower()}"])
+    trainer = Trainer(cfg, tmp_path)
+    pool = _RecordingPool()
+
+    def start_actors() -> _RecordingPool:
+        trainer.buffers = SimpleNamespace(gather=lambda indices, device: {"slots": indices})
+        return pool
+
+    batches_gathered = 2 if prefetch else 1  # one in the queue, one waiting to go in
+
+    def loop(*args: object) -> None:
+        deadline = time.monotonic() + 30
+        while pool.released < batches_gathered * cfg.runtime.slots_per_batch:
+            assert time.monotonic() < deadline, "the batch thread gathered nothing"
+            time.sleep(0.01)
+        time.sleep(0.2)  # it is blocked now: on the full queue, or on the batch request
+
+    monkeypatch.setattr(trainer, "_start_actors", start_actors)
+    monkeypatch.setattr(trainer, "_loop", loop)
+    trainer.train()
+    (thread,) = pool.callers
+    assert not thread.is_alive()
+    assert pool.after_stop == []
+
+
+def test_a_filesystem_without_locks_still_trains_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_locks(*args: object) -> None:  # e.g. Lustre mounted without flock
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(run_lock.fcntl, "flock", no_locks)
+    with caplog.at_level(logging.WARNING, logger="stampede"), run_lock.hold(tmp_path):
+        pass
+    assert "a second run on this directory would not be refused" in caplog.text
+    assert os.strerror(errno.ENOLCK) in caplog.text

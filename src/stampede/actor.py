@@ -1,19 +1,20 @@
 """The rollout loop of one actor process (IMPALA, Espeholt et al. 2018, section 3).
 
 An actor steps a vector of environments as one batch and runs batched inference for the whole
-vector with the policy the learner publishes (shared CPU memory, or CUDA tensors shared through
-IPC on a GPU: no per-step copy through pickling). It fills one free rollout slot with
-``unroll_length + 1`` steps (see ``stampede.buffers``), stamps it with the policy version it
-started from, and hands the slot index to the learner.
+vector (``stampede.models.policy_step``, as evaluation does) with the policy the learner publishes
+(shared CPU memory, or CUDA tensors shared through IPC on a GPU: no per-step copy through
+pickling). It fills one free rollout slot with ``unroll_length + 1`` steps (see
+``stampede.buffers``), stamps it with the policy version it started from, and hands the slot
+index to the learner.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from torch import Tensor
 
 from stampede.buffers import RolloutBuffers
 from stampede.envs import VecStep, make_vec_env
-from stampede.models import ActorCritic, select_action
+from stampede.models import ActorCritic, policy_step
 from stampede.timing import ACTOR_STAGES, StageClock
 
 
@@ -51,19 +52,15 @@ class ActorSetup:
         return int(env_seed), int(torch_seed)
 
 
-def clip_reward(reward: Tensor, clip: float) -> Tensor:
-    """Rewards clipped to [-clip, clip] as in the paper; ``clip == 0`` leaves them unchanged."""
-    return reward.clamp(-clip, clip) if clip > 0 else reward
-
-
 class _Step:
-    """The environment side of the current step x_t, as torch tensors of shape [E, ...]."""
+    """The environment side of the current step x_t, as torch tensors of shape [E, ...]: what a
+    rollout slot stores at step t (``stampede.buffers``)."""
 
     def __init__(self, obs: np.ndarray, num_envs: int) -> None:
         self.obs = torch.from_numpy(obs)
-        self.reward = torch.zeros(num_envs)
+        self.reward = torch.zeros(num_envs)  # r_{t-1}, of the transition into x_t (unclipped)
         self.done = torch.ones(num_envs, dtype=torch.bool)  # x_0 starts an episode
-        self.last_action = torch.zeros(num_envs, dtype=torch.int64)
+        self.last_action = torch.zeros(num_envs, dtype=torch.int64)  # a_{t-1}
         self.episode_return = torch.full((num_envs,), float("nan"))
         self.episode_length = torch.zeros(num_envs, dtype=torch.int64)
 
@@ -75,6 +72,11 @@ class _Step:
         self.last_action = action
         self.episode_return = torch.from_numpy(result.episode_return)
         self.episode_length = torch.from_numpy(result.episode_length)
+
+    def inputs(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The policy's inputs at x_t: (obs, a_{t-1}, r_{t-1}, done), as ``policy_step`` takes
+        them."""
+        return self.obs, self.last_action, self.reward, self.done
 
 
 def _write(slot: dict[str, Tensor], t: int, step: _Step, action: Tensor, logits: Tensor) -> None:
@@ -116,9 +118,9 @@ def _rollouts(
     env = make_vec_env(num_envs=E, seed=env_seed, **setup.env_kwargs)
     try:
         step = _Step(env.reset(seed=env_seed), E)
-        policy = _policy(model, device, setup.reward_clip)
+        act = functools.partial(policy_step, model, device=device, reward_clip=setup.reward_clip)
         state = model.initial_state(E, device)
-        state_before, (action, logits, state) = state, policy(step, state)
+        state_before, (action, logits, state) = state, act(*step.inputs(), state)
         parent = os.getppid()
         clock = StageClock(ACTOR_STAGES)
         while True:  # every statement of a rollout is inside a stage of the time budget
@@ -139,7 +141,7 @@ def _rollouts(
                 with clock.stage("env"):
                     step.advance(env.step(action.numpy()), action)
                 with clock.stage("inference"):
-                    state_before, (action, logits, state) = state, policy(step, state)
+                    state_before, (action, logits, state) = state, act(*step.inputs(), state)
             with clock.stage("write"):
                 seconds, wall = clock.lap()
                 slot["actor_time"].copy_(torch.from_numpy(np.append(seconds, wall)))
@@ -158,27 +160,3 @@ def _next_slot(conn: Any, parent: int) -> int | None:
     except EOFError:
         return None
     return None if index is None else int(index)
-
-
-def _policy(
-    model: ActorCritic, device: torch.device, reward_clip: float
-) -> Callable[[_Step, tuple[Tensor, ...]], tuple[Tensor, Tensor, tuple[Tensor, ...]]]:
-    """Batched inference for the whole vector: x_t -> (a_t, logits_t, next core state), on CPU."""
-
-    @torch.inference_mode()
-    def act(step: _Step, state: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-        # A non-finite reward from a faulty env must not stop the behaviour policy; the learner
-        # sees the raw value in the rollout and skips that update.
-        reward = clip_reward(torch.nan_to_num(step.reward, nan=0.0), reward_clip)
-        # [E, ...] -> [1, E, ...]: a time axis of length one
-        out = model(
-            step.obs.to(device)[None],
-            step.last_action.to(device)[None],
-            reward.to(device)[None],
-            step.done.to(device)[None],
-            state,
-        )
-        action = select_action(out.policy_logits)[0]  # [1, E] -> [E]
-        return action.cpu(), out.policy_logits[0].cpu(), out.core_state
-
-    return act

@@ -1,7 +1,7 @@
 """Analysis helpers for sweeps: find runs, load learning curves, draw the standard figures.
 
 The notebooks in ``notebooks/`` are thin: they call these functions, so that what they show is
-tested code (DESIGN.md: no logic hidden in a notebook). Everything reads run directories as
+tested code (docs/architecture.md: no logic in a notebook). Everything reads run directories as
 the runner writes them: ``config.yaml`` (the resolved training config), ``episodes.jsonl`` (one
 line per finished game: ``env/frames``, ``env/episode_return``), ``metrics.jsonl`` and
 ``eval.json``. W&B is not needed: offline W&B runs hold the same numbers as these files.
@@ -26,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stampede.atari57 import ATARI5, atari57
+from stampede.eval_results import EVAL_FILENAME as EVAL_FILE
+from stampede.eval_results import read_eval
 from stampede.logging import EPISODES_FILE, METRICS_FILE
-from stampede.report import EVAL_FILENAME as EVAL_FILE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from stampede.report import Table
+    from stampede.hns import Table
 
 CONFIG_FILE = "config.yaml"  # the runner's resolved training config
 SWEEP_DIR_ENV = "STAMPEDE_SWEEP_DIR"
@@ -114,14 +115,8 @@ def _run_info(run_dir: Path) -> RunInfo | None:
             game = str(env["game"] if kind == "atari" else env["gym_id"])
             return RunInfo(run_dir, game, kind, int(cfg["seed"]), str(cfg.get("name", "")))
         if (run_dir / EVAL_FILE).exists():
-            record = json.loads((run_dir / EVAL_FILE).read_text(encoding="utf-8"))
-            return RunInfo(
-                run_dir,
-                str(record["game"]),
-                str(record.get("env_kind", "atari")),
-                int(record["seed"]),
-                str(record.get("experiment", "")),
-            )
+            record = read_eval(run_dir / EVAL_FILE)
+            return RunInfo(run_dir, record.game, record.env_kind, record.seed, record.experiment)
     except (OSError, ValueError, TypeError, KeyError) as error:
         warnings.warn(f"skipping {run_dir}: {error!r}", AnalysisWarning, stacklevel=3)
         return None
@@ -293,7 +288,7 @@ def plot_learning_curves(
 
     if not bands:
         raise ValueError("no learning curves to plot (no run finished a game)")
-    from stampede.report import load_reference
+    from stampede.hns import load_reference
 
     reference = load_reference() if random_scores else {}
     columns = columns or min(6, math.ceil(math.sqrt(len(bands))))

@@ -1,19 +1,28 @@
-"""The rollout spec table and the shared-memory rollout buffers.
+"""The rollout spec table, the shared-memory rollout buffers, and the time convention of a rollout.
 
 An actor writes one *slot* per rollout: ``unroll_length + 1`` steps of its ``E`` environments,
-so every tensor of a slot is time-major, ``[T + 1, E, ...]``. Step ``t`` of a slot holds
+so every tensor of a slot is time-major, ``[T + 1, E, ...]``. Step ``t`` of a slot holds x_t
+with what led to it (the network's inputs at x_t, as in the paper) and what mu did there:
 
     obs[t]           the observation x_t
-    reward[t]        the reward of the transition INTO x_t (unclipped)
+    reward[t]        r_{t-1}, the reward of the transition x_{t-1} -> x_t (unclipped)
     done[t]          that transition ended an episode, so x_t is the first observation of a new one
-    last_action[t]   the action that led to x_t (an input of the network, as in the paper)
-    action[t]        the action the behaviour policy mu took at x_t
+    last_action[t]   a_{t-1}, the action that led to x_t
+    action[t]        a_t, the action the behaviour policy mu took at x_t
     logits[t]        mu's logits at x_t
     episode_return/episode_length[t]   the true game return/length where a whole game ended on
                      the transition into x_t (NaN / 0 elsewhere)
 
 The last step of a rollout is the first step of the next one, so consecutive slots overlap by one
-step and the learner bootstraps from ``x_T``. ``core_state`` is the LSTM state before step 0.
+step. ``core_state`` is the LSTM state before step 0.
+
+The learner runs the network over all T + 1 steps, then takes T steps of the loss: step t uses
+x_t's side (its outputs, a_t, mu's logits: rows ``[:-1]``) and the transition x_t -> x_{t+1}
+(its reward and episode end: rows ``[1:]``), and V-trace bootstraps from V(x_T) (row ``-1``).
+`transitions` makes that cut, once, with rlax's time-indexed names (``r_t``, ``discount_t``,
+``v_t``) anchored at x_t as in IMPALA's eq. 1 (Espeholt et al. 2018, arXiv 1802.01561): rlax
+anchors at the state a transition reaches, so its ``v_tm1``, ``v_t``, ``rho_tm1`` are our
+``v_t``, ``v_tp1``, ``rho_t``.
 
 Two fields are per slot, not per step: ``policy_version`` (the learner update the rollout started
 from) and ``actor_time`` (the actor's seconds per stage of ``stampede.timing.ACTOR_STAGES``
@@ -24,12 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from stampede.envs import EnvSpec
+from stampede.models import clip_reward
 from stampede.timing import ACTOR_STAGES
 
 PER_SLOT = ("policy_version", "actor_time")  # fields without time and env axes
@@ -69,6 +80,43 @@ def core_state(fields: dict[str, Tensor]) -> tuple[Tensor, ...]:
     """The LSTM state stored in a slot or batch (``core_state_0``, ``core_state_1``, ...)."""
     return tuple(
         fields[f"core_state_{i}"] for i in range(sum(k.startswith("core_state_") for k in fields))
+    )
+
+
+class Transitions(NamedTuple):
+    """The T steps of the loss in a [T + 1, B] batch: x_t and the transition x_t -> x_{t+1}."""
+
+    # x_t's side, rows [:-1]
+    pi_logits_t: Tensor  # [T, B, A] the learner's policy pi at x_t (gradients flow)
+    v_t: Tensor  # [T, B] V(x_t) (gradients flow)
+    mu_logits_t: Tensor  # [T, B, A] the behaviour policy mu at x_t, as the actor acted
+    a_t: Tensor  # [T, B] the action mu took at x_t
+    # the transition's side, rows [1:]
+    r_t: Tensor  # [T, B] its reward, clipped
+    discount_t: Tensor  # [T, B] gamma, or 0 where it ended an episode
+    # row -1
+    bootstrap_value: Tensor  # [B] V(x_T), the value after the last step
+
+
+def transitions(
+    batch: dict[str, Tensor],
+    pi_logits: Tensor,
+    values: Tensor,
+    *,
+    discount: float,
+    reward_clip: float,
+) -> Transitions:
+    """Cut a [T + 1, B] batch and the network's outputs over it (policy logits [T + 1, B, A],
+    values [T + 1, B]) into the loss's T steps (see the module docstring)."""
+    not_done_tp1 = (~batch["done"][1:]).to(values.dtype)  # [T + 1, B] -> [T, B]: shifted by one
+    return Transitions(
+        pi_logits_t=pi_logits[:-1],  # [T + 1, B, A] -> [T, B, A]
+        v_t=values[:-1],  # [T + 1, B] -> [T, B]
+        mu_logits_t=batch["logits"][:-1],
+        a_t=batch["action"][:-1],
+        r_t=clip_reward(batch["reward"][1:], reward_clip),  # [T + 1, B] -> [T, B]: shifted by one
+        discount_t=discount * not_done_tp1,
+        bootstrap_value=values[-1],  # [T + 1, B] -> [B]
     )
 
 

@@ -23,27 +23,26 @@ import torch
 from torch import Tensor
 
 from stampede import buffers
-from stampede.actor import clip_reward
 from stampede.config import OptimConfig, VTraceConfig
 from stampede.losses import impala_loss
-from stampede.models import ActorCritic
+from stampede.models import ActorCritic, clip_reward
 from stampede.optim import build_optimizer, linear_lr
 from stampede.timing import LEARNER_STAGES, StageClock
 from stampede.vtrace import VTraceReturns
 
 
 class _Arrival(NamedTuple):
-    """The batch as the learner first saw it: its policy logits [T, B, A] and V-trace returns,
-    kept for the later steps on that batch (``optim.epochs > 1``)."""
+    """The batch as the learner first saw it: its policy logits pi_logits_t [T, B, A] and V-trace
+    returns, kept for the later steps on that batch (``optim.epochs > 1``)."""
 
-    logits: Tensor
+    pi_logits_t: Tensor
     returns: VTraceReturns
 
     def columns(self, index: Tensor) -> _Arrival:
         """The same for the trajectories ``index`` of the batch ([T, B] -> [T, len(index)])."""
         r = self.returns
         return _Arrival(
-            self.logits[:, index],
+            self.pi_logits_t[:, index],
             r._replace(
                 vs=r.vs[:, index],
                 pg_advantages=r.pg_advantages[:, index],
@@ -138,25 +137,26 @@ class Learner:
     ) -> tuple[Tensor, tuple[dict[str, float], _Arrival]]:
         """The IMPALA loss of a batch and its metrics, policy logits and V-trace returns."""
         v = self.vtrace
-        core_state = buffers.core_state(batch)
+        # The network over all T + 1 steps of the batch, with its inputs at each x_t as stored.
         out = self.model(
             batch["obs"],
             batch["last_action"],
             clip_reward(batch["reward"], v.reward_clip),
             batch["done"],
-            core_state,
+            buffers.core_state(batch),
         )
-        # Step t of the loss uses x_t's outputs and the transition x_t -> x_{t+1}:
-        # outputs at [:-1] ([T, B]); rewards and episode ends of the transition at [1:].
-        not_done = (~batch["done"][1:]).to(out.baseline.dtype)
+        # The loss's T steps: x_t's side and the transition x_t -> x_{t+1}, [T, B] each.
+        s = buffers.transitions(
+            batch, out.policy_logits, out.baseline, discount=v.discount, reward_clip=v.reward_clip
+        )
         loss, metrics, returns = impala_loss(
-            target_logits=out.policy_logits[:-1],
-            values=out.baseline[:-1],
-            bootstrap_value=out.baseline[-1],  # V(x_T): [B]
-            behaviour_logits=batch["logits"][:-1],
-            actions=batch["action"][:-1],
-            rewards=clip_reward(batch["reward"][1:], v.reward_clip),
-            discounts=v.discount * not_done,
+            target_logits=s.pi_logits_t,
+            values=s.v_t,
+            bootstrap_value=s.bootstrap_value,
+            behaviour_logits=s.mu_logits_t,
+            actions=s.a_t,
+            rewards=s.r_t,
+            discounts=s.discount_t,
             baseline_cost=v.baseline_cost,
             entropy_cost=v.entropy_cost,
             rho_bar=v.rho_bar,
@@ -164,11 +164,11 @@ class Learner:
             pg_rho_bar=v.pg_rho_bar,
             lambda_=v.lambda_,
             normalize_advantages=v.normalize_advantages,
-            anchor_logits=arrival.logits if arrival else None,
+            anchor_logits=arrival.pi_logits_t if arrival else None,
             pg_clip=v.pg_clip,
             returns=arrival.returns if arrival else None,
         )
-        return loss, (metrics, _Arrival(out.policy_logits[:-1].detach(), returns))
+        return loss, (metrics, _Arrival(s.pi_logits_t.detach(), returns))
 
     def _step(self, metrics: dict[str, float], frames: int) -> tuple[dict[str, float], bool]:
         """Clip, then step the optimizer unless the loss or gradient is not finite; the metrics

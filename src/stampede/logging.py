@@ -42,8 +42,9 @@ class JsonlSink:
     def __init__(self, path: Path) -> None:
         self.file = path.open("a", buffering=1)  # line-buffered append: history is never rewritten
 
-    def write(self, metrics: Mapping[str, float | int]) -> None:
-        self.file.write(json.dumps(metrics) + "\n")
+    def write(self, metrics: Mapping[str, float | int], videos: Mapping[str, Path]) -> None:
+        line = {**metrics, **{key: str(path) for key, path in videos.items()}}
+        self.file.write(json.dumps(line) + "\n")
         self.file.flush()
         os.fsync(self.file.fileno())
 
@@ -92,8 +93,11 @@ class WandbSink:
         self.run.define_metric("env/frames")
         self.run.define_metric("*", step_metric="env/frames")
 
-    def write(self, metrics: Mapping[str, float | int]) -> None:
-        self.run.log(dict(metrics))
+    def write(self, metrics: Mapping[str, float | int], videos: Mapping[str, Path]) -> None:
+        import wandb
+
+        media = {key: wandb.Video(str(path), format="mp4") for key, path in videos.items()}
+        self.run.log({**metrics, **media})
 
     def close(self) -> None:
         self.run.finish()
@@ -173,17 +177,22 @@ class MetricLogger:
         self.progress = Progress(total_frames, start_frames, progress)
         self.started = time.time()
 
-    def write(self, metrics: Mapping[str, Any]) -> None:
+    def write(self, metrics: Mapping[str, Any], videos: Mapping[str, Path] | None = None) -> None:
+        """One line of metrics to every sink and a summary to the log: the training line, or an
+        evaluation's ``eval/*`` line. ``videos`` (name: mp4 file) go to W&B as media, to
+        ``metrics.jsonl`` and the log as paths."""
         clean = _clean(metrics)
+        videos = videos or {}
         for sink in self.sinks:
-            sink.write(clean)
-        summary = " ".join(f"{k}={_fmt(v)}" for k, v in clean.items() if k in _SUMMARY_KEYS)
-        log.info(summary)
-        ret = clean.get("env/episode_return")
-        info = f"{clean.get('perf/fps', 0):,.0f} fps" + (
-            f"  return {ret:.1f}" if ret is not None else ""
-        )
-        self.progress.update(int(clean.get("env/frames", 0)), info)
+            sink.write(clean, videos)
+        summary = [f"{k}={_fmt(v)}" for k, v in clean.items() if _in_summary(k)]
+        log.info(" ".join(summary + [f"{k}={path}" for k, path in videos.items()]))
+        if "perf/fps" in clean:  # a training line (an evaluation's line has no throughput)
+            ret = clean.get("env/episode_return")
+            info = f"{clean['perf/fps']:,.0f} fps" + (
+                f"  return {ret:.1f}" if ret is not None else ""
+            )
+            self.progress.update(int(clean["env/frames"]), info)
 
     def write_episodes(
         self, frames: int, elapsed_s: float, returns: list[float], lengths: list[int]
@@ -198,7 +207,8 @@ class MetricLogger:
                         "time/elapsed_s": round(elapsed_s, 3),
                         "env/episode_return": ret,
                         "env/episode_length": length,
-                    }
+                    },
+                    videos={},
                 )
 
     def close(self) -> None:
@@ -228,6 +238,11 @@ _SUMMARY_KEYS = (
     "loss/total",
     "learner/policy_lag",
 )
+
+
+def _in_summary(key: str) -> bool:
+    """Whether the log line shows ``key``: the training keys above and every ``eval/*``."""
+    return key in _SUMMARY_KEYS or key.startswith("eval/")
 
 
 def _fmt(value: float | int) -> str:

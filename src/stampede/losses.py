@@ -154,12 +154,17 @@ def impala_loss(
 ) -> tuple[Tensor, dict[str, float], vtrace.VTraceReturns]:
     """The full IMPALA loss: pg + baseline_cost * baseline + entropy_cost * entropy.
 
+    Step t is x_t and the transition x_t -> x_{t+1}; `stampede.buffers.transitions` cuts a
+    rollout into these arguments (its fields ``pi_logits_t``, ``v_t``, ``bootstrap_value``,
+    ``mu_logits_t``, ``a_t``, ``r_t``, ``discount_t``).
+
     Args:
-        target_logits: [T, B, A] learner policy logits pi (gradients flow).
+        target_logits: [T, B, A] learner policy logits pi at x_t (gradients flow).
         values: [T, B] learner values V(x_t) (gradients flow).
         bootstrap_value: [B] V(x_T) after the unroll (used as a target only, no gradient).
-        behaviour_logits: [T, B, A] actor policy logits mu at acting time.
-        actions: [T, B] integer actions; rewards: [T, B]; discounts: [T, B] gamma * (1 - done).
+        behaviour_logits: [T, B, A] actor policy logits mu at x_t, at acting time.
+        actions: [T, B] integer actions a_t; rewards: [T, B] r_t, of the transition;
+            discounts: [T, B] gamma, or 0 where the transition ended an episode.
         baseline_cost, entropy_cost: weights of the baseline and entropy terms.
         rho_bar, c_bar, pg_rho_bar, lambda_: V-trace clips, see `stampede.vtrace`.
         normalize_advantages: scale the pg advantages to zero mean and unit std over the batch

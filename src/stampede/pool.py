@@ -47,6 +47,10 @@ class _Actor:
 
 
 class ActorPool:
+    """The actor processes of one learner and the rollout slots they hold. Not thread-safe: one
+    thread talks to the actors' pipes at a time (the runner's batch thread, then, once that has
+    ended, the thread that calls stop())."""
+
     def __init__(
         self,
         ctx: Any,
@@ -108,7 +112,9 @@ class ActorPool:
             if time.monotonic() - self.last_check >= _POLL_S:
                 self.supervise()
             ready = wait([a.conn for a in self.actors], timeout=_POLL_S)
-            for actor in [a for a in self.actors if a.conn in ready]:
+            # Longest-waiting first: in list order, a learner-bound run would only ever read
+            # actor 0, and the others' full slots would wait until they were killed as hung.
+            for actor in sorted((a for a in self.actors if a.conn in ready), key=lambda a: a.since):
                 try:
                     kind, payload = actor.conn.recv()
                 except (EOFError, OSError):

@@ -1,263 +1,64 @@
-"""Atari-57 results table: our evaluation scores against the IMPALA paper.
+"""`stampede-report`: a sweep's evaluation results as the Atari-57 table against the IMPALA paper.
 
-Compares per-game scores with IMPALA (deep network, one agent per game) of Espeholt et al.
-2018 (arXiv 1802.01561, Table C.1) and summarises them with human-normalised scores,
-
-    HNS = (score - random) / (human - random),
-
-stored as fractions (1.0 = human level) and printed as percentages. Aggregates over the
-games present: median and mean HNS as in the paper, and the interquartile mean (IQM) that
-Agarwal et al. 2021 ("Deep RL at the Edge of the Statistical Precipice") recommend.
-
-Per game, our score is the mean over seeds of each seed's mean evaluation return, and our
-HNS is the HNS of that mean. HNS is affine in the score, so this equals the mean over seeds
-of per-seed HNS: the choice does not change any number.
-
-Random scores: the shipped random/human table (DQN Zoo) gives video_pinball a random score of
-16256.9, less than 1,500 points under its human score, which turns the paper's 572,898 into an
-HNS of about 39,450% and the 57-game mean into ~1592%. The IMPALA paper's means (957.6% deep)
-are reproduced only with random = 0 for video_pinball, as other public copies of the table
-have it; `PAPER_RANDOM_OVERRIDES` applies that by default so our means compare with the
-paper's. Medians are the same either way.
+Reads every Atari ``eval.json`` under a sweep directory (``collect``), keeps one result per game
+and seed (``build_table``) and prints the table of ``stampede.hns`` as text, markdown or CSV.
 
 Usage: `stampede-report <sweep_dir> [--csv PATH] [--markdown PATH]`, or from Python
-`build_table(collect(sweep_dir))` and `table_from_scores({"pong": 20.9, ...})`.
+`build_table(collect(sweep_dir))`. Bad input (no such directory, no readable Atari-57 result, an
+output file that cannot be written, an unknown option) prints one line naming it and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
-import functools
-import json
 import math
 import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
-import numpy as np
-
-from stampede.atari57 import IMPALA_SCORES_CSV, RANDOM_HUMAN_CSV, atari57, read_data_csv
-
-EVAL_FILENAME = "eval.json"
-
-# See the module docstring: the random score the IMPALA paper's aggregates imply.
-PAPER_RANDOM_OVERRIDES: Mapping[str, float] = MappingProxyType({"video_pinball": 0.0})
+from stampede.atari57 import atari57
+from stampede.eval_results import EVAL_FILENAME, EvalRecord, read_eval
+from stampede.hns import PAPER_RANDOM_OVERRIDES, GameRow, Table, table_from_scores
 
 
 class ReportWarning(UserWarning):
     """A result file was skipped or a result looked suspicious while building a report."""
 
 
-# ---------------------------------------------------------------------------- reference data
-
-
-@dataclasses.dataclass(frozen=True)
-class GameReference:
-    """Reference scores of one game: the paper's name, random, human and IMPALA (deep)."""
-
-    game: str  # ALE id
-    name: str  # the paper's name
-    random: float
-    human: float
-    impala_deep: float
-
-    def hns(self, score: float) -> float:
-        """Human-normalised score of `score` as a fraction (1.0 = human level)."""
-        return (score - self.random) / (self.human - self.random)
-
-
-def load_reference(
-    random_overrides: Mapping[str, float] = PAPER_RANDOM_OVERRIDES,
-) -> dict[str, GameReference]:
-    """Reference scores of the 57 games keyed by ALE id, in `atari57()` order.
-
-    `random_overrides` replaces random scores of the shipped table (by ALE id); pass `{}` to
-    use the DQN Zoo values unchanged.
-    """
-    return dict(_load_reference(tuple(sorted(random_overrides.items()))))
-
-
-@functools.cache
-def _load_reference(
-    overrides: tuple[tuple[str, float], ...],
-) -> tuple[tuple[str, GameReference], ...]:
-    random_human = {row["game"]: row for row in read_data_csv(RANDOM_HUMAN_CSV)}
-    paper = {row["ale_id"]: row for row in read_data_csv(IMPALA_SCORES_CSV)}
-    games = atari57()
-    if set(random_human) != set(games):
-        raise ValueError(
-            f"{RANDOM_HUMAN_CSV} must cover the 57 games of {IMPALA_SCORES_CSV}; "
-            f"missing {sorted(set(games) - set(random_human))}, "
-            f"extra {sorted(set(random_human) - set(games))}"
-        )
-    unknown = sorted(dict(overrides).keys() - set(games))
-    if unknown:
-        raise ValueError(f"random_overrides names games outside Atari-57: {unknown}")
-    random_of = {g: float(random_human[g]["random"]) for g in games} | dict(overrides)
-    return tuple(
-        (
-            g,
-            GameReference(
-                game=g,
-                name=paper[g]["game"],
-                random=random_of[g],
-                human=float(random_human[g]["human"]),
-                impala_deep=float(paper[g]["impala_deep_score"]),
-            ),
-        )
-        for g in games
-    )
-
-
 # ------------------------------------------------------------------------------ run results
 
 
-@dataclasses.dataclass(frozen=True)
-class EvalResult:
-    """One finished evaluation (one `eval.json`): a game, a seed and its mean return."""
-
-    game: str
-    seed: int
-    mean: float  # mean episode return over the evaluation episodes
-    frames: int  # training frames of the evaluated checkpoint
-    episodes: int
-    greedy: bool
-    experiment: str
-    path: Path
-
-
-def collect(sweep_dir: str | Path) -> list[EvalResult]:
+def collect(sweep_dir: str | Path) -> list[EvalRecord]:
     """Every Atari `eval.json` at any depth under `sweep_dir`, sorted by game then seed.
 
     Files with another `env_kind` are skipped silently; unreadable or malformed files are
-    skipped with a `ReportWarning` naming the path.
+    skipped with a `ReportWarning` naming the path. FileNotFoundError if `sweep_dir` is not a
+    directory.
     """
     root = Path(sweep_dir)
     if not root.is_dir():
-        raise FileNotFoundError(f"sweep directory {str(root)!r} does not exist or is not a dir")
-    results = []
-    for path in sorted(root.rglob(EVAL_FILENAME)):
-        result = _read_eval(path)
-        if result is not None:
-            results.append(result)
-    return sorted(results, key=lambda r: (r.game, r.seed, str(r.path)))
-
-
-def _read_eval(path: Path) -> EvalResult | None:
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(record, dict):
-            raise TypeError(f"expected a JSON object, got {type(record).__name__}")
-        if record.get("env_kind") != "atari":
-            return None
-        return EvalResult(
-            game=str(record["game"]),
-            seed=int(record["seed"]),
-            mean=float(record["mean"]),
-            frames=int(record.get("frames", 0)),
-            episodes=int(record.get("episodes", 0)),
-            greedy=bool(record.get("greedy", False)),
-            experiment=str(record.get("experiment", "")),
-            path=path,
+        raise FileNotFoundError(
+            f"sweep directory {str(root)!r} does not exist or is not a directory"
         )
-    except (OSError, ValueError, TypeError, KeyError) as err:
-        # json.JSONDecodeError is a ValueError; a missing key is a KeyError.
-        detail = f"missing key {err}" if isinstance(err, KeyError) else str(err)
-        warnings.warn(f"skipping unreadable {path}: {detail}", ReportWarning, stacklevel=3)
-        return None
-
-
-# ------------------------------------------------------------------------------------ table
-
-
-@dataclasses.dataclass(frozen=True)
-class GameRow:
-    """One game of the table. HNS values are fractions (1.0 = human level)."""
-
-    game: str
-    name: str
-    score: float  # ours: mean over seeds
-    std: float  # sample std over seeds (ddof=1); nan with one seed
-    n_seeds: int
-    frames: int  # fewest training frames among the seeds (0 if unknown)
-    impala_deep: float
-    random: float
-    human: float
-    hns: float
-    impala_deep_hns: float
-
-    @property
-    def beats_paper(self) -> bool:
-        return self.score > self.impala_deep
-
-
-@dataclasses.dataclass(frozen=True)
-class Table:
-    """Per-game rows (Atari-57 order) for the games present, and the games missing."""
-
-    rows: tuple[GameRow, ...]
-    missing: tuple[str, ...]
-
-    @property
-    def n_games(self) -> int:
-        return len(self.rows)
-
-    @property
-    def n_beat_paper(self) -> int:
-        return sum(row.beats_paper for row in self.rows)
-
-    @property
-    def median_hns(self) -> float:
-        return _median([row.hns for row in self.rows])
-
-    @property
-    def mean_hns(self) -> float:
-        return _mean([row.hns for row in self.rows])
-
-    @property
-    def iqm_hns(self) -> float:
-        return interquartile_mean([row.hns for row in self.rows])
-
-    @property
-    def paper_median_hns(self) -> float:
-        """The paper's median HNS over the same games (all 57: the paper's own figure)."""
-        return _median([row.impala_deep_hns for row in self.rows])
-
-    @property
-    def paper_mean_hns(self) -> float:
-        return _mean([row.impala_deep_hns for row in self.rows])
-
-    @property
-    def paper_iqm_hns(self) -> float:
-        return interquartile_mean([row.impala_deep_hns for row in self.rows])
-
-
-def interquartile_mean(values: Sequence[float]) -> float:
-    """Mean of the middle 50% (Agarwal et al. 2021): drop the lowest and highest
-    floor(n / 4) values, average the rest. Same convention as `scipy.stats.trim_mean(x, 0.25)`,
-    which rliable uses. nan for no values."""
-    if len(values) == 0:
-        return math.nan
-    n_cut = len(values) // 4
-    middle = sorted(values)[n_cut : len(values) - n_cut]
-    return _mean(middle)
-
-
-def _median(values: Sequence[float]) -> float:
-    return float(np.median(values)) if len(values) else math.nan
-
-
-def _mean(values: Sequence[float]) -> float:
-    return float(np.mean(values)) if len(values) else math.nan
+    records = []
+    for path in sorted(root.rglob(EVAL_FILENAME)):
+        try:
+            record = read_eval(path)
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            # json.JSONDecodeError is a ValueError; a missing key is a KeyError.
+            detail = f"missing key {err}" if isinstance(err, KeyError) else str(err)
+            warnings.warn(f"skipping unreadable {path}: {detail}", ReportWarning, stacklevel=2)
+            continue
+        if record.env_kind == "atari":
+            records.append(record)
+    return sorted(records, key=lambda r: (r.game, r.seed, str(r.path)))
 
 
 def build_table(
-    results: Iterable[EvalResult],
+    results: Iterable[EvalRecord],
     random_overrides: Mapping[str, float] = PAPER_RANDOM_OVERRIDES,
 ) -> Table:
     """Table from evaluation results: one row per Atari-57 game with at least one seed.
@@ -265,10 +66,10 @@ def build_table(
     Results for games outside Atari-57 are skipped with a warning; a repeated (game, seed)
     keeps the result with the most training frames, with a warning.
     """
-    reference = load_reference(random_overrides)
-    per_seed: dict[tuple[str, int], EvalResult] = {}
+    games = set(atari57())
+    per_seed: dict[tuple[str, int], EvalRecord] = {}
     for result in results:
-        if result.game not in reference:
+        if result.game not in games:
             warnings.warn(
                 f"skipping {result.path}: game {result.game!r} is not an Atari-57 ALE id",
                 ReportWarning,
@@ -291,59 +92,7 @@ def build_table(
     for (game, _), result in per_seed.items():
         scores.setdefault(game, []).append(result.mean)
         frames[game] = min(frames.get(game, result.frames), result.frames)
-    return _table(scores, frames, reference)
-
-
-def table_from_scores(
-    scores: Mapping[str, float | Sequence[float] | np.ndarray],
-    random_overrides: Mapping[str, float] = PAPER_RANDOM_OVERRIDES,
-) -> Table:
-    """Table straight from {ALE id: score} (or {ALE id: [score per seed]}), e.g. in notebooks.
-
-    Raises ValueError naming any game that is not an Atari-57 ALE id.
-    """
-    reference = load_reference(random_overrides)
-    unknown = sorted(set(scores) - set(reference))
-    if unknown:
-        raise ValueError(f"not Atari-57 ALE ids: {unknown} (expected ids like 'pong', 'ms_pacman')")
-    # A scalar is one seed; np.atleast_1d also accepts lists, tuples and numpy arrays.
-    per_game = {game: np.atleast_1d(np.asarray(s, float)).tolist() for game, s in scores.items()}
-    empty = sorted(game for game, seeds in per_game.items() if not seeds)
-    if empty:
-        raise ValueError(f"no scores given for {empty}")
-    return _table(per_game, {}, reference)
-
-
-def _table(
-    scores: Mapping[str, list[float]],
-    frames: Mapping[str, int],
-    reference: Mapping[str, GameReference],
-) -> Table:
-    rows = tuple(
-        _row(ref, scores[game], frames.get(game, 0))
-        for game, ref in reference.items()
-        if game in scores
-    )
-    missing = tuple(game for game in reference if game not in scores)
-    return Table(rows=rows, missing=missing)
-
-
-def _row(ref: GameReference, seed_scores: list[float], frames: int) -> GameRow:
-    score = _mean(seed_scores)
-    std = float(np.std(seed_scores, ddof=1)) if len(seed_scores) > 1 else math.nan
-    return GameRow(
-        game=ref.game,
-        name=ref.name,
-        score=score,
-        std=std,
-        n_seeds=len(seed_scores),
-        frames=frames,
-        impala_deep=ref.impala_deep,
-        random=ref.random,
-        human=ref.human,
-        hns=ref.hns(score),
-        impala_deep_hns=ref.hns(ref.impala_deep),
-    )
+    return table_from_scores(scores, random_overrides, frames)
 
 
 # ----------------------------------------------------------------------------------- output
@@ -430,6 +179,11 @@ CSV_FIELDS = (
 )
 
 
+def write_markdown(table: Table, path: str | Path) -> None:
+    """The markdown table (``format_markdown``) as a file."""
+    Path(path).write_text(format_markdown(table), encoding="utf-8")
+
+
 def write_csv(table: Table, path: str | Path) -> None:
     """One line per game present; HNS columns in percent; empty score_std with one seed."""
     with Path(path).open("w", newline="", encoding="utf-8") as f:
@@ -459,8 +213,14 @@ def _csv_values(row: GameRow) -> list[Any]:
 # -------------------------------------------------------------------------------------- CLI
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """A bad command line: one line (no usage block) and exit 2."""
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="stampede-report",
         description="Atari-57 results table of a sweep against the IMPALA paper (deep).",
     )
@@ -477,32 +237,41 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """Entry point of `stampede-report`; returns the exit code (1 when there is nothing to
-    report)."""
+    """Entry point of `stampede-report`; returns the exit code: 0, or 2 for bad input, with one
+    line on stderr naming it. Each skipped file is one warning line on stderr."""
     args = _parser().parse_args(argv)
-    try:
-        results = collect(args.sweep_dir)
-    except FileNotFoundError as err:
-        print(f"stampede-report: {err}", file=sys.stderr)
-        return 1
-    if not results:
-        print(
-            f"stampede-report: no Atari {EVAL_FILENAME} found under {args.sweep_dir} "
-            f"(expected <run_dir>/{EVAL_FILENAME} files written by evaluation, at any depth)",
-            file=sys.stderr,
-        )
-        return 1
     overrides: Mapping[str, float] = {} if args.dqn_zoo_random else PAPER_RANDOM_OVERRIDES
-    table = build_table(results, random_overrides=overrides)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            table = build_table(collect(args.sweep_dir), random_overrides=overrides)
+    except FileNotFoundError as err:
+        return _bad_input(str(err))
+    skipped = [str(w.message) for w in caught]
     if not table.rows:
-        print("stampede-report: no result is for an Atari-57 game", file=sys.stderr)
-        return 1
+        found = f"{len(skipped)} skipped, the first: {skipped[0]}" if skipped else "none found"
+        return _bad_input(
+            f"no Atari-57 result in {str(args.sweep_dir)!r} ({found}); expected "
+            f"<run_dir>/{EVAL_FILENAME} files of Atari runs, written by evaluation, at any depth"
+        )
+    for message in skipped:
+        print(f"stampede-report: warning: {message}", file=sys.stderr)
     print(format_text(table), end="")
-    if args.csv is not None:
-        write_csv(table, args.csv)
-    if args.markdown is not None:
-        args.markdown.write_text(format_markdown(table), encoding="utf-8")
+    for option, path, write in (
+        ("--csv", args.csv, write_csv),
+        ("--markdown", args.markdown, write_markdown),
+    ):
+        if path is not None:
+            try:
+                write(table, path)
+            except OSError as err:
+                return _bad_input(f"{option} {str(path)!r}: cannot write: {err.strerror or err}")
     return 0
+
+
+def _bad_input(message: str) -> int:
+    print(f"stampede-report: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -10,9 +10,15 @@ Notation (paper, eq. 1 and Remarks 1-2), for s in [0, T) with v_T = V(x_T) = boo
     delta_t = rho_t * (r_t + gamma_t * V(x_{t+1}) - V(x_t))
     v_s     = V(x_s) + delta_s + gamma_s * c_s * (v_{s+1} - V(x_{s+1}))  (Remark 1)
 
-``gamma_t`` is the per-step discount and already carries episode ends: gamma * (1 - done_t).
-The policy-gradient advantage (section 4.2) is pg_rho_t * (r_t + gamma_t * v_{t+1} - V(x_t)),
-with pg_rho_t = min(pg_rho_bar, pi/mu).
+``gamma_t`` is the per-step discount and already carries episode ends: gamma, or 0 where the
+transition x_t -> x_{t+1} ended an episode. The policy-gradient advantage (section 4.2) is
+pg_rho_t * (r_t + gamma_t * v_{t+1} - V(x_t)), with pg_rho_t = min(pg_rho_bar, pi/mu).
+
+The code writes these indices as rlax does: ``r_t``, ``discount_t`` (gamma_t), ``v_t`` (V(x_t)),
+``v_tp1`` (V(x_{t+1})), ``rho_t``. rlax anchors a step at the state its transition reaches, so
+its ``v_tm1``, ``v_t``, ``rho_tm1`` are our ``v_t``, ``v_tp1``, ``rho_t``; ``r_t`` and
+``discount_t`` mean the same in both. ``stampede.buffers.transitions`` cuts a [T + 1, B] rollout
+into these [T, B] steps.
 
 Clip values are floats > 0; pass ``math.inf`` to switch a clip off (None is not accepted).
 """
@@ -114,29 +120,30 @@ def from_importance_weights(
 
     with torch.no_grad():
         log_rhos = log_rhos.detach()  # returned; no_grad alone would hand back the input
-        rhos = torch.exp(log_rhos)
-        rho_t = torch.clamp(rhos, max=rho_bar)
-        c_t = lambda_ * torch.clamp(rhos, max=c_bar)
+        r_t, discount_t, v_t = rewards, discounts, values  # [T, B] each, the paper's names
+        ratio_t = torch.exp(log_rhos)  # pi(a_t|x_t) / mu(a_t|x_t), unclipped
+        rho_t = torch.clamp(ratio_t, max=rho_bar)
+        c_t = lambda_ * torch.clamp(ratio_t, max=c_bar)
         # [T, B]: V(x_{t+1}), shifted one step forward in time, bootstrap at t = T - 1.
-        v_tp1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
-        delta_t = rho_t * (rewards + discounts * v_tp1 - values)
+        v_tp1 = torch.cat([v_t[1:], bootstrap_value.unsqueeze(0)], dim=0)
+        delta_t = rho_t * (r_t + discount_t * v_tp1 - v_t)
 
         # Remark 1 backwards in time: vs_minus_v[s] = delta_s + gamma_s c_s vs_minus_v[s + 1].
         # One fused kernel per step, written in place: on a GPU this loop is launch-bound.
-        vs_minus_v = torch.empty_like(values)
+        vs_minus_v = torch.empty_like(v_t)
         acc = torch.zeros_like(bootstrap_value)  # [B]: v_T - V(x_T) = 0
-        discount_c = discounts * c_t
+        discount_c_t = discount_t * c_t
         for s in reversed(range(T)):
-            acc = torch.addcmul(delta_t[s], discount_c[s], acc, out=vs_minus_v[s])
-        vs = values + vs_minus_v
+            acc = torch.addcmul(delta_t[s], discount_c_t[s], acc, out=vs_minus_v[s])
+        vs = v_t + vs_minus_v
 
         # [T, B]: v_{t+1}, shifted one step forward in time, bootstrap at t = T - 1.
         vs_tp1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
-        pg_rho_t = torch.clamp(rhos, max=pg_rho_bar)
-        pg_advantages = pg_rho_t * (rewards + discounts * vs_tp1 - values)
+        pg_rho_t = torch.clamp(ratio_t, max=pg_rho_bar)
+        pg_advantages = pg_rho_t * (r_t + discount_t * vs_tp1 - v_t)
 
-        rho_mean = rhos.mean()
-        rho_clipped_frac = (rhos > rho_bar).to(rhos.dtype).mean()
+        rho_mean = ratio_t.mean()
+        rho_clipped_frac = (ratio_t > rho_bar).to(ratio_t.dtype).mean()
     return VTraceReturns(vs, pg_advantages, log_rhos, rho_mean, rho_clipped_frac)
 
 

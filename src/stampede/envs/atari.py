@@ -34,6 +34,8 @@ from stampede.envs.spec import EnvError
 if TYPE_CHECKING:  # ale_py registers gymnasium ids when imported: import it only when used
     import ale_py
 
+    from stampede.envs.settings import EnvSettings
+
 
 @functools.cache
 def atari_games() -> list[str]:
@@ -52,41 +54,13 @@ def rom_path(game: str) -> Path:
         games = atari_games()
         close = [g for g in games if g[:3] == game[:3]] or games[:8]
         raise EnvError(
-            f"env.game={game!r} is not an ALE game; known games include {', '.join(close[:8])} "
-            f"({len(games)} in all, see stampede.envs.atari_games())"
+            f"env.game={game!r} is not an ALE game id (snake_case ROM names such as "
+            f"{', '.join(close[:8])}; {len(games)} in all, see stampede.envs.atari_games())"
         )
     return Path(path)
 
 
-@dataclass(frozen=True)
-class AtariSettings:
-    """The Atari knobs of ``cfg.env`` (paper defaults), checked on construction."""
-
-    game: str = "pong"
-    noop_max: int = 30
-    frame_skip: int = 4
-    frame_stack: int = 4
-    screen_size: int = 84
-    episodic_life: bool = True
-    max_episode_frames: int = 108_000
-    repeat_action_probability: float = 0.0
-    full_action_space: bool = False
-
-    def __post_init__(self) -> None:
-        rom_path(self.game)
-        _check(self.noop_max >= 0, "noop_max", self.noop_max, ">= 0")
-        for key in ("frame_skip", "frame_stack", "screen_size", "max_episode_frames"):
-            _check(getattr(self, key) >= 1, key, getattr(self, key), ">= 1")
-        p = self.repeat_action_probability
-        _check(0.0 <= p <= 1.0, "repeat_action_probability", p, "in [0, 1]")
-
-
-def _check(ok: bool, key: str, value: object, expected: str) -> None:
-    if not ok:
-        raise EnvError(f"env.{key} must be {expected}, got {value!r}")
-
-
-def new_ale(settings: AtariSettings, seed: int) -> ale_py.ALEInterface:
+def new_ale(settings: EnvSettings, seed: int) -> ale_py.ALEInterface:
     """An ``ALEInterface`` with ``settings.game`` loaded and its own RNG seeded with ``seed``.
 
     Sticky actions (Machado et al. 2018) are ALE's own, drawn from that RNG.
@@ -136,7 +110,7 @@ class AtariGame:
     Frames come out as raw grayscale [H, W] uint8 (210x160), written into the caller's buffer.
     """
 
-    def __init__(self, settings: AtariSettings, seed: int = 0) -> None:
+    def __init__(self, settings: EnvSettings, seed: int = 0) -> None:
         self.settings = settings
         self.ale = new_ale(settings, seed)
         self.actions = action_set(self.ale, settings.full_action_space)

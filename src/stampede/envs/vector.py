@@ -2,11 +2,13 @@
 
 Three implementations of the ``VecEnv`` contract in ``stampede.envs.spec``:
 
-- ``AtariVecEnv`` (backend ``"gymnasium"``): a Python loop over ``AtariGame`` emulators writing
-  into preallocated uint8 arrays, with the resize and the frame stacks batched over the vector.
+- ``AtariVecEnv`` (backend ``"python_loop"``): a Python loop over ``AtariGame`` emulators
+  writing into preallocated uint8 arrays, with the resize and the frame stacks batched over the
+  vector.
 - ``AleVectorEnv`` (backend ``"ale_vector"``): ale-py's C++ ``AtariVectorEnv`` (threads, OpenCV
   resize), configured and wrapped so that it returns exactly what ``AtariVecEnv`` returns.
-- ``GymVecEnv`` (kind ``"gym"``): any gymnasium id with a discrete action space, unprocessed.
+- ``GymVecEnv`` (kind ``"gym"``, backend ``"python_loop"``): a Python loop over gymnasium envs
+  of any id with a discrete action space, unprocessed.
 
 No subprocesses: the actor processes are the parallelism.
 """
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stampede.envs.atari import AtariGame, AtariSettings, action_set, new_ale
+from stampede.envs.atari import AtariGame, action_set, new_ale
 from stampede.envs.preprocessing import AreaResize, push_frame, restart_stack
 from stampede.envs.spec import (
     EnvError,
@@ -31,8 +33,10 @@ from stampede.envs.spec import (
 if TYPE_CHECKING:
     import gymnasium
 
+    from stampede.envs.settings import EnvSettings
 
-def atari_spec(settings: AtariSettings, actions: list[Any] | None = None) -> EnvSpec:
+
+def atari_spec(settings: EnvSettings, actions: list[Any] | None = None) -> EnvSpec:
     """Spec of an Atari vector: obs uint8 [frame_stack, screen_size, screen_size].
 
     ``actions``: the game's ALE action set if known; otherwise a throwaway emulator reads it.
@@ -79,9 +83,9 @@ class _Vector:
 class AtariVecEnv(_Vector):
     """E Atari games in one process: obs uint8 [E, frame_stack, screen_size, screen_size]."""
 
-    backend = "gymnasium"
+    backend = "python_loop"
 
-    def __init__(self, num_envs: int, settings: AtariSettings, seed: int = 0) -> None:
+    def __init__(self, num_envs: int, settings: EnvSettings, seed: int = 0) -> None:
         _check_num_envs(num_envs)
         super().__init__(num_envs)
         self.num_envs, self.settings = num_envs, settings
@@ -141,7 +145,7 @@ class AleVectorEnv(_Vector):
 
     backend = "ale_vector"
 
-    def __init__(self, num_envs: int, settings: AtariSettings, num_threads: int = 1) -> None:
+    def __init__(self, num_envs: int, settings: EnvSettings, num_threads: int = 1) -> None:
         from ale_py.vector_env import AtariVectorEnv
 
         _check_num_envs(num_envs)
@@ -213,7 +217,7 @@ class GymVecEnv(_Vector):
     every termination or truncation ends a game and reports its return.
     """
 
-    backend = "gymnasium"
+    backend = "python_loop"
 
     def __init__(self, num_envs: int, gym_id: str) -> None:
         _check_num_envs(num_envs)
@@ -255,8 +259,6 @@ def make_gym(gym_id: str) -> gymnasium.Env:
     """``gymnasium.make(gym_id)``, or EnvError naming ``env.gym_id``."""
     import gymnasium
 
-    if not gym_id:
-        raise EnvError("env.gym_id is empty; give a gymnasium id such as 'CartPole-v1'")
     try:
         return gymnasium.make(gym_id)
     except gymnasium.error.Error as error:

@@ -18,9 +18,10 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from stampede.envs.atari import AtariGame, AtariSettings
-from stampede.envs.factory import atari_settings, resolve_backend
+from stampede.envs.atari import AtariGame
+from stampede.envs.factory import resolve_backend
 from stampede.envs.preprocessing import AreaResize, push_frame, restart_stack
+from stampede.envs.settings import EnvSettings, env_settings
 from stampede.envs.spec import EnvError
 from stampede.envs.vector import atari_spec, make_gym
 
@@ -36,7 +37,7 @@ class AtariVideoEnv(gymnasium.Env[np.ndarray, np.int64]):
     plays in real time at 60 / frame_skip frames per second.
     """
 
-    def __init__(self, settings: AtariSettings, seed: int = 0) -> None:
+    def __init__(self, settings: EnvSettings, seed: int = 0) -> None:
         self.settings = settings
         self.game = AtariGame(settings, seed)
         self.stampede_spec = atari_spec(settings, self.game.actions)
@@ -74,19 +75,18 @@ class AtariVideoEnv(gymnasium.Env[np.ndarray, np.int64]):
         return self.game.ale.getScreenRGB()
 
 
-def make_video_env(
-    seed: int, *, kind: str = "atari", gym_id: str = "", backend: str = "auto", **atari: Any
-) -> gymnasium.Env:
+def make_video_env(seed: int, **fields: Any) -> gymnasium.Env:
     """A single renderable environment for the fields of ``cfg.env`` (``dataclasses.asdict``).
 
     ``backend`` is checked and otherwise ignored: a video always plays the Python emulator loop,
     which gives the same observations as either Atari backend. Raises EnvError when a gymnasium
     id cannot render RGB frames (e.g. classic control without pygame), naming what is missing.
     """
-    resolve_backend(kind, backend)
-    settings = atari_settings(atari)
-    if kind == "atari":
+    settings = env_settings(fields)
+    resolve_backend(settings)
+    if settings.kind == "atari":
         return AtariVideoEnv(settings, seed)
+    gym_id = settings.gym_id
     make_gym(gym_id).close()  # our EnvError for a bad id, before asking for a renderer
     env = gymnasium.make(gym_id, render_mode="rgb_array")
     try:

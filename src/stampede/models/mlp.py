@@ -7,6 +7,7 @@ Not in the IMPALA paper (Espeholt et al. 2018, arXiv 1802.01561); it shares the 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from torch import nn
@@ -47,7 +48,7 @@ class MLP(ActorCritic):
             "MLP", obs_size=shape[0], **{f"hidden_sizes[{i}]": h for i, h in enumerate(widths)}
         )
         layers: list[nn.Module] = []
-        for n_in, n_out in zip((shape[0], *widths[:-1]), widths, strict=True):
+        for n_in, n_out in itertools.pairwise((shape[0], *widths)):
             layers += [nn.Linear(n_in, n_out), _ACTIVATIONS[activation]()]
         torso = nn.Sequential(*layers)  # empty Sequential is the identity
         torso_size = widths[-1] if widths else shape[0]

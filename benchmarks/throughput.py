@@ -1,7 +1,7 @@
 """`make bench`: throughput of the full training loop against its two ceilings, in one run.
 
-Measures, on whatever machine runs it, with the composed config (default: Pong, the paper's
-shallow network and hyperparameters, all cores; extra Hydra overrides on the command line):
+Measures, on whatever machine runs it, with the composed config (default: Pong with the default
+network and hyperparameters, all cores; extra Hydra overrides on the command line):
 
 1. env-only ceiling: the same actor processes stepping the same vectorised envs with random
    actions and no model, in environment frames/s (frame skip included);

@@ -94,7 +94,7 @@ def old_atari_fingerprint(model_kwargs: str) -> dict[str, object]:
 
 def test_an_older_fingerprint_of_the_same_network_fits(tmp_path: Path) -> None:
     old = old_atari_fingerprint("[('hidden_size', 256), ('use_lstm', False)]")
-    now = fingerprint(Config(), PONG)
+    now = fingerprint(Config(model=AtariNetConfig()), PONG)
     assert "lstm_size" in now["model_kwargs"]  # the argument the old record lacks
     check_fits({"fingerprint": old}, now, tmp_path / "ckpt.pt", "advice")
 

@@ -49,8 +49,9 @@ def test_defaults_are_the_documented_atari_settings() -> None:
     assert (cfg.env.kind, cfg.env.game, cfg.model._target_) == (
         "atari",
         "pong",
-        "stampede.models.AtariNet",
+        "stampede.models.NatureNet",
     )
+    assert (cfg.model.hidden_size, cfg.model.use_lstm) == (512, False)
     r = cfg.runtime
     assert (r.unroll_length, r.batch_size, r.envs_per_actor, r.prefetch) == (32, 32, 8, False)
     v = cfg.vtrace
@@ -113,6 +114,7 @@ ARGUMENT_VALUES = {
 MODEL_GROUPS = {
     "shallow": ("stampede.models.AtariNet", "pong", (4, 84, 84)),
     "resnet": ("stampede.models.ResNet", "pong", (4, 84, 84)),
+    "nature": ("stampede.models.NatureNet", "pong", (4, 84, 84)),
     "mlp": ("stampede.models.MLP", "cartpole", (4,)),
 }
 

@@ -133,6 +133,8 @@ def test_impala_paper_is_the_papers_recipe_whatever_the_defaults() -> None:
     assert (v.baseline_cost, v.entropy_cost, v.reward_clip) == (0.5, 0.01, 1.0)
     assert (v.normalize_advantages, v.pg_clip) == (False, 0.0)
     assert (r.batch_size, r.unroll_length) == (32, 20)
+    assert cfg.model._target_ == "stampede.models.AtariNet"  # the shallow network of Fig. 3
+    assert (cfg.model.hidden_size, cfg.model.use_lstm) == (256, False)
     assert sweep_jobs("impala_paper") == [{}]
 
 

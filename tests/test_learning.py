@@ -1,4 +1,4 @@
-"""Pong learns with the defaults (slow: about 30-40 minutes on 2 CPU cores; `make test-slow`).
+"""Pong learns with the defaults (slow: about 80 minutes on 2 CPU cores; `make test-slow`).
 
 The fast suite keeps the small learning checks (CartPole, the image task in test_train.py);
 this is the Atari check that issue 9's "Done when" states: `python run.py env=pong

@@ -38,6 +38,24 @@ def test_mean_of_last_window_games_by_hand(tmp_path: Path) -> None:
     np.testing.assert_array_equal(curve.frames, [1000, 2000, 3000, 4000, 5000])
 
 
+def test_games_of_a_discarded_past_are_dropped(tmp_path: Path) -> None:
+    """A run killed at 5,000 frames and resumed from its checkpoint at 3,000 plays those frames
+    again: the curve shows the games of the history it kept, each frame once."""
+    rows = [{"run/start_frames": 0}]
+    rows += [{"env/frames": f, "env/episode_return": 1.0} for f in (1000, 2000, 3000, 4000, 5000)]
+    rows += [{"run/start_frames": 3000}]
+    rows += [{"env/frames": f, "env/episode_return": 2.0} for f in (4500, 6000)]
+    (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curve = learning_curve.from_run(tmp_path, window=1)
+    np.testing.assert_array_equal(curve.frames, [1000, 2000, 3000, 4500, 6000])
+    np.testing.assert_array_equal(curve.mean_return, [1, 1, 1, 2, 2])
+    # Logs of older versions have no start line: frames going backwards mark the restart.
+    old = [r for r in rows if "run/start_frames" not in r]
+    (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    curve = learning_curve.from_run(tmp_path, window=1)
+    np.testing.assert_array_equal(curve.frames, [1000, 2000, 3000, 4000, 4500, 6000])
+
+
 def test_crossings_are_the_first_game_at_or_above(tmp_path: Path) -> None:
     returns = [-21.0] * 100 + [21.0] * 100  # the mean of the last 100 climbs 0.42 per game
     _write_episodes(tmp_path, returns)

@@ -15,6 +15,7 @@ from stampede.models import (
     ActorCritic,
     AtariNet,
     ModelOutput,
+    NatureNet,
     ResNet,
     policy_step,
     select_action,
@@ -47,6 +48,13 @@ def num_params(model: torch.nn.Module) -> int:
 #   stack 3: conv 32->32 9_248; 4 convs at 9_248 = 36_992        -> 46_240
 #   fc 3_872*256 + 256 = 991_488; torso = 9_872 + 41_632 + 46_240 + 991_488 = 1_089_232
 #   no LSTM: 1_089_232 + 1_848 = 1_091_080;  LSTM: 1_089_232 + 533_504 + 1_799 = 1_624_535
+#
+# NatureNet torso: 84 -> 20 -> 9 -> (9-3)//1+1 = 7, so 64*7*7 = 3_136 features, FC 512.
+#   conv1 4*32*8*8 + 32 = 8_224; conv2 32*64*4*4 + 64 = 32_832; conv3 64*64*3*3 + 64 = 36_928;
+#   fc 3_136*512 + 512 = 1_606_144; torso = 1_684_128. Core input 512+6+1 = 519:
+#   no LSTM: policy 519*6+6 = 3_120, baseline 520 -> 1_684_128 + 3_640 = 1_687_768
+#   LSTM 519 -> 512: 4*512*(519+512) + 2*4*512 = 2_115_584; heads 512*6+6 + 513 = 3_591
+#            -> 1_684_128 + 2_115_584 + 3_591 = 3_803_303
 @pytest.mark.parametrize(
     ("cls", "use_lstm", "expected"),
     [
@@ -54,6 +62,8 @@ def num_params(model: torch.nn.Module) -> int:
         (AtariNet, True, 1_211_447),
         (ResNet, False, 1_091_080),
         (ResNet, True, 1_624_535),
+        (NatureNet, False, 1_687_768),
+        (NatureNet, True, 3_803_303),
     ],
 )
 def test_parameter_counts_match_hand_count(
@@ -94,6 +104,7 @@ def make_inputs(
 MODELS: dict[str, Callable[[bool], ActorCritic]] = {
     "shallow": lambda lstm: AtariNet(ATARI_OBS, 6, use_lstm=lstm),
     "resnet": lambda lstm: ResNet(ATARI_OBS, 6, use_lstm=lstm),
+    "nature": lambda lstm: NatureNet(ATARI_OBS, 6, use_lstm=lstm),
     "mlp": lambda lstm: MLP((4,), 6, use_lstm=lstm),
 }
 
@@ -110,7 +121,7 @@ def test_output_shapes(name: str, use_lstm: bool, steps: int, batch: int) -> Non
     assert out.baseline.shape == (steps, batch)
     if use_lstm:
         assert [tuple(s.shape) for s in out.core_state] == [(1, batch, model.lstm_size)] * 2
-        assert model.lstm_size == (64 if name == "mlp" else 256)
+        assert model.lstm_size == {"mlp": 64, "nature": 512}.get(name, 256)  # = hidden_size
     else:
         assert out.core_state == ()
 
@@ -330,13 +341,13 @@ def test_policy_step_reads_a_nan_reward_as_zero() -> None:
 def test_mlp_rejects_image_shape() -> None:
     expected = (
         "model MLP takes flat vector observations, got observation shape (4, 84, 84); "
-        "use model=shallow or model=resnet for images"
+        "use model=nature, model=shallow or model=resnet for images"
     )
     with pytest.raises(ValueError, match=re.escape(expected)):
         MLP((4, 84, 84), 6)
 
 
-@pytest.mark.parametrize("cls", [AtariNet, ResNet])
+@pytest.mark.parametrize("cls", [AtariNet, NatureNet, ResNet])
 def test_image_models_reject_vector_shape(cls: Callable[..., ActorCritic]) -> None:
     with pytest.raises(ValueError, match=r"got observation shape \(4,\); use model=mlp"):
         cls((4,), 2)
@@ -347,6 +358,13 @@ def test_atarinet_names_minimum_image_size() -> None:
         AtariNet((4, 84, 19), 6)
     smallest = AtariNet((1, 20, 20), 3)  # 20 -> 4 -> 1 pixel
     assert smallest(*make_inputs((1, 20, 20), 3, steps=1, batch=2)).policy_logits.shape == (1, 2, 3)
+
+
+def test_naturenet_names_minimum_image_size() -> None:
+    with pytest.raises(ValueError, match=r"NatureNet needs images of at least 36x36 pixels"):
+        NatureNet((4, 35, 84), 6)
+    smallest = NatureNet((1, 36, 36), 3)  # 36 -> 8 -> 3 -> 1 pixel
+    assert smallest(*make_inputs((1, 36, 36), 3, steps=1, batch=2)).baseline.shape == (1, 2)
 
 
 def test_resnet_takes_any_image_size() -> None:

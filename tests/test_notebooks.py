@@ -114,8 +114,8 @@ def test_find_runs_falls_back_to_eval_json(tmp_path: Path) -> None:
     assert (info.game, info.seed, info.env_kind) == ("pong", 4, "atari")
 
 
-def test_load_episodes_sorted_and_falls_back_to_metrics(tmp_path: Path) -> None:
-    lines = [{"env/frames": 30, "env/episode_return": 3.0}, {"env/frames": 10}]
+def test_load_episodes_keeps_the_kept_history_and_falls_back_to_metrics(tmp_path: Path) -> None:
+    lines = [{"env/frames": 30, "env/episode_return": 3.0}, {"env/frames": 40}]
     (tmp_path / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n{torn")
     frames, returns = analysis.load_episodes(tmp_path)
     assert frames.tolist() == [30.0]
@@ -125,8 +125,8 @@ def test_load_episodes_sorted_and_falls_back_to_metrics(tmp_path: Path) -> None:
         {"env/frames": 5, "env/episode_return": 1.0},
     ]
     (tmp_path / "episodes.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
-    frames, returns = analysis.load_episodes(tmp_path)
-    assert (frames.tolist(), returns.tolist()) == ([5.0, 20.0], [1.0, 2.0])
+    frames, returns = analysis.load_episodes(tmp_path)  # restarted at 5: the game at 20 was undone
+    assert (frames.tolist(), returns.tolist()) == ([5.0], [1.0])
 
 
 def test_smooth_is_a_trailing_mean() -> None:

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
-from stampede import checkpoint
+from stampede import checkpoint, learning_curve
 from stampede.logging import read_metrics
 from stampede.timing import ACTOR_STAGES, LEARNER_STAGES
 
@@ -76,7 +77,8 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 def episode_returns(run_dir: Path) -> list[float]:
     lines = (run_dir / "episodes.jsonl").read_text().splitlines()
-    return [json.loads(line)["env/episode_return"] for line in lines if line.strip()]
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return [r["env/episode_return"] for r in rows if "env/episode_return" in r]
 
 
 def test_cartpole_learns(tmp_path: Path) -> None:
@@ -232,6 +234,13 @@ def test_kill_9_then_resume_continues(tmp_path: Path) -> None:
     _, final = checkpoint.load_latest(ckpts)
     assert final["frames"] >= resumed_at + 20000
     assert "resumed from" in (run_dir / "run.log").read_text()
+    # Games the killed start logged after its checkpoint were played again: the learning curve
+    # keeps the history the run went on from, each frame once.
+    rows = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    assert [r["run/start_frames"] for r in rows if "run/start_frames" in r] == [0, resumed_at]
+    curve = learning_curve.from_run(run_dir, window=1)
+    assert (np.diff(curve.frames) >= 0).all()
+    assert curve.frames[-1] > resumed_at  # the games after the resume are kept
 
 
 def test_actor_exception_stops_run_with_traceback(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 from stampede.atari57 import ATARI5, atari57
 from stampede.eval_results import EVAL_FILENAME as EVAL_FILE
 from stampede.eval_results import read_eval
-from stampede.logging import EPISODES_FILE, METRICS_FILE
+from stampede.logging import EPISODES_FILE, METRICS_FILE, START_KEY
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -140,8 +140,31 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def surviving_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows (with ``env/frames``) of the history a run kept across its restarts.
+
+    A run resumed from a checkpoint plays again from the checkpoint's frames, so lines an earlier
+    start logged after those frames belong to training that was thrown away; counted as well,
+    they would show those frames twice. Each start writes ``run/start_frames`` into
+    ``episodes.jsonl``; logs without it (``metrics.jsonl``, older runs) show a restart as frames
+    going backwards, which drops the earlier lines past the new line's frames.
+    """
+    kept: list[dict[str, Any]] = []
+    for row in rows:
+        frames, start = row.get("env/frames"), row.get(START_KEY)
+        if frames is not None and kept and frames < kept[-1]["env/frames"]:
+            start = frames  # a restart in a log without start lines
+        if start is not None:
+            while kept and kept[-1]["env/frames"] > start:
+                kept.pop()
+        if frames is not None:
+            kept.append(row)
+    return kept
+
+
 def load_episodes(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """(frames [N], returns [N]) of a run's finished games, ordered by frames.
+    """(frames [N], returns [N]) of a run's finished games, in order, without those of training
+    a restart threw away (`surviving_rows`).
 
     From ``episodes.jsonl`` (one line per game); runs without it fall back to the per-interval
     means ``env/episode_return`` of ``metrics.jsonl``.
@@ -150,12 +173,11 @@ def load_episodes(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
     rows = _jsonl(run_dir / EPISODES_FILE) or _jsonl(run_dir / METRICS_FILE)
     pairs = [
         (float(r["env/frames"]), float(r["env/episode_return"]))
-        for r in rows
-        if "env/frames" in r and "env/episode_return" in r
+        for r in surviving_rows(rows)
+        if "env/episode_return" in r
     ]
     data = np.array(pairs, dtype=np.float64).reshape(-1, 2)  # [N, 2], also for N = 0
-    order = np.argsort(data[:, 0], kind="stable")
-    return data[order, 0], data[order, 1]
+    return data[:, 0], data[:, 1]
 
 
 @dataclasses.dataclass(frozen=True)

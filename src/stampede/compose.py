@@ -16,13 +16,14 @@ from typing import Any
 from stampede.config import Config, LoggerConfig, OptimConfig, RuntimeConfig, VTraceConfig
 from stampede.config_error import ConfigError
 from stampede.envs import EnvSettings
-from stampede.model_config import AtariNetConfig, MLPConfig, ResNetConfig
+from stampede.model_config import AtariNetConfig, MLPConfig, NatureNetConfig, ResNetConfig
 
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"env_schema": EnvSettings},
     "model": {
         "shallow_schema": AtariNetConfig,
         "resnet_schema": ResNetConfig,
+        "nature_schema": NatureNetConfig,
         "mlp_schema": MLPConfig,
     },
     "vtrace": {"vtrace_schema": VTraceConfig},

@@ -22,7 +22,7 @@ import torch
 
 from stampede.config_error import ConfigError, positive_int, require
 from stampede.envs import EnvSettings
-from stampede.model_config import AtariNetConfig, ModelConfig
+from stampede.model_config import ModelConfig, NatureNetConfig
 
 # ------------------------------------------------------------------------------------- vtrace
 
@@ -261,7 +261,7 @@ MODES = ("train", "eval")
 @dataclass
 class Config:
     env: EnvSettings = field(default_factory=EnvSettings)
-    model: ModelConfig = field(default_factory=AtariNetConfig)
+    model: ModelConfig = field(default_factory=NatureNetConfig)
     vtrace: VTraceConfig = field(default_factory=VTraceConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from stampede.analysis import _jsonl, _pyplot, smooth
+from stampede.analysis import _jsonl, _pyplot, smooth, surviving_rows
 from stampede.logging import EPISODES_FILE
 
 if TYPE_CHECKING:
@@ -46,8 +46,10 @@ class LearningCurve:
 
 
 def from_run(run_dir: str | Path, window: int = WINDOW) -> LearningCurve:
-    """The learning curve of a run directory, from its ``episodes.jsonl``."""
-    rows = [r for r in _jsonl(Path(run_dir) / EPISODES_FILE) if "env/episode_return" in r]
+    """The learning curve of a run directory, from its ``episodes.jsonl`` (the games of the
+    history it kept across restarts: `stampede.analysis.surviving_rows`)."""
+    rows = _jsonl(Path(run_dir) / EPISODES_FILE)
+    rows = [r for r in surviving_rows(rows) if "env/episode_return" in r]
     frames = np.array([r["env/frames"] for r in rows], dtype=np.float64)
     elapsed = np.array([r.get("time/elapsed_s", math.nan) for r in rows], dtype=np.float64)
     returns = np.array([r["env/episode_return"] for r in rows], dtype=np.float64)

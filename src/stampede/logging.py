@@ -26,6 +26,7 @@ log = logging.getLogger("stampede")
 METRICS_FILE = "metrics.jsonl"
 EPISODES_FILE = "episodes.jsonl"
 WANDB_ID_FILE = "wandb_id.txt"
+START_KEY = "run/start_frames"  # episodes.jsonl: a (re)start of the run at these frames
 
 
 def _clean(metrics: Mapping[str, Any]) -> dict[str, float | int]:
@@ -159,6 +160,11 @@ class MetricLogger:
     ) -> None:
         self.sinks: list[JsonlSink | WandbSink] = []
         self.episodes = JsonlSink(run_dir / EPISODES_FILE) if jsonl else None
+        if self.episodes is not None:
+            # Where this start's games begin: a resumed run plays again from its checkpoint's
+            # frames, so games the earlier start logged after them are of a discarded past
+            # (readers drop them: stampede.analysis.surviving_rows).
+            self.episodes.write({START_KEY: start_frames}, videos={})
         if jsonl:
             self.sinks.append(JsonlSink(run_dir / METRICS_FILE))
         if wandb_mode != "disabled":

@@ -77,6 +77,7 @@ def _schema_field(hint: Any, default: Any) -> tuple[Any, Any]:
 
 AtariNetConfig = model_schema("stampede.models.AtariNet")
 ResNetConfig = model_schema("stampede.models.ResNet")
+NatureNetConfig = model_schema("stampede.models.NatureNet")
 MLPConfig = model_schema("stampede.models.MLP")
 
 

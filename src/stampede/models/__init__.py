@@ -1,13 +1,14 @@
-"""Actor-critic networks: the IMPALA paper's shallow and deep Atari nets, and an MLP.
+"""Actor-critic networks: the IMPALA paper's shallow and deep Atari nets, the DQN (Nature) net,
+and an MLP.
 
-Hydra builds them with `_target_: stampede.models.AtariNet` (or ResNet, MLP) plus the
+Hydra builds them with `_target_: stampede.models.AtariNet` (or NatureNet, ResNet, MLP) plus the
 env's obs_shape and num_actions; they take plain ints and sequences, never the config. Their
 other constructor arguments, with their defaults, are the `model.*` keys
 (`stampede.model_config.model_schema`), and they check those values themselves. `policy_step` is one
 step of a network's policy, as the actors and evaluation run it.
 """
 
-from stampede.models.atari import AtariNet, ResNet
+from stampede.models.atari import AtariNet, NatureNet, ResNet
 from stampede.models.base import ActorCritic, ModelOutput, select_action
 from stampede.models.mlp import MLP
 from stampede.models.policy import PolicyStep, clip_reward, policy_step
@@ -17,6 +18,7 @@ __all__ = [
     "ActorCritic",
     "AtariNet",
     "ModelOutput",
+    "NatureNet",
     "PolicyStep",
     "ResNet",
     "clip_reward",

@@ -1,9 +1,10 @@
-"""The two Atari networks of IMPALA (Espeholt et al. 2018, arXiv 1802.01561, Fig. 3).
+"""The two Atari networks of IMPALA (Espeholt et al. 2018, arXiv 1802.01561, Fig. 3), and the
+DQN network (Mnih et al. 2015) that PPO and MonoBeast use.
 
-Both take channel-first image stacks [C, H, W] (e.g. 4 grey 84x84 frames, uint8) and end in
-a ReLU'd FC layer of `hidden_size` units (256 in the paper) that feeds the shared
-core of `ActorCritic`. The optional LSTM has `lstm_size` units, by default `hidden_size`
-(256, as in the paper).
+All take channel-first image stacks [C, H, W] (e.g. 4 grey 84x84 frames, uint8) and end in
+a ReLU'd FC layer of `hidden_size` units (256 in the IMPALA paper, 512 in the DQN network) that
+feeds the shared core of `ActorCritic`. The optional LSTM has `lstm_size` units, by default
+`hidden_size` (256, as in the paper).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from torch import Tensor, nn
 
 from stampede.models.base import ActorCritic, as_shape, check_positive
 
-# The shallow torso's two unpadded convolutions, as (kernel, stride).
-_SHALLOW_CONVS = ((8, 4), (4, 2))
+# Unpadded convolutions as (out channels, kernel, stride): the paper's shallow torso, and the
+# DQN torso of Mnih et al. 2015 (Nature), the network of PPO's and MonoBeast's Atari runs.
+_SHALLOW_CONVS = ((16, 8, 4), (32, 4, 2))
+_NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 
 
 def _check_image_shape(model: str, obs_shape: Sequence[int]) -> tuple[int, int, int]:
@@ -35,21 +38,53 @@ def _check_image_shape(model: str, obs_shape: Sequence[int]) -> tuple[int, int, 
     return shape[0], shape[1], shape[2]
 
 
-def _shallow_out_size(size: int) -> int:
-    """Spatial size after the shallow torso's convolutions (0 if the image is too small)."""
-    for kernel, stride in _SHALLOW_CONVS:
+def _out_size(size: int, convs: Sequence[tuple[int, int, int]]) -> int:
+    """Spatial size after unpadded convolutions (0 if the image is too small)."""
+    for _, kernel, stride in convs:
         if size < kernel:
             return 0
         size = (size - kernel) // stride + 1
     return size
 
 
-def _shallow_min_size() -> int:
-    """Smallest image side for which both shallow convolutions produce >= 1 pixel."""
+def _min_size(convs: Sequence[tuple[int, int, int]]) -> int:
+    """Smallest image side for which every convolution produces >= 1 pixel."""
     size = 1
-    while _shallow_out_size(size) < 1:
+    while _out_size(size, convs) < 1:
         size += 1
     return size
+
+
+def _conv_torso(
+    model: str,
+    obs_shape: Sequence[int],
+    convs: Sequence[tuple[int, int, int]],
+    hidden_size: int,
+) -> tuple[tuple[int, int, int], nn.Sequential]:
+    """(C, H, W) and the torso: each convolution then ReLU, then FC hidden_size, ReLU."""
+    C, H, W = _check_image_shape(model, obs_shape)
+    check_positive(model, hidden_size=hidden_size)
+    out_h, out_w = _out_size(H, convs), _out_size(W, convs)
+    if out_h < 1 or out_w < 1:
+        side = _min_size(convs)
+        layers = ", ".join(f"{k}x{k} stride {s}" for _, k, s in convs)
+        raise ValueError(
+            f"model {model} needs images of at least {side}x{side} pixels (convolutions "
+            f"{layers}, no padding), got observation shape {(C, H, W)}; use model=resnet for "
+            f"small images"
+        )
+    layers_: list[nn.Module] = []
+    in_channels = C
+    for channels, kernel, stride in convs:
+        layers_ += [nn.Conv2d(in_channels, channels, kernel_size=kernel, stride=stride), nn.ReLU()]
+        in_channels = channels
+    torso = nn.Sequential(
+        *layers_,
+        nn.Flatten(),  # [N, c, h, w] -> [N, c*h*w]
+        nn.Linear(in_channels * out_h * out_w, hidden_size),
+        nn.ReLU(),
+    )
+    return (C, H, W), torso
 
 
 class AtariNet(ActorCritic):
@@ -67,28 +102,32 @@ class AtariNet(ActorCritic):
         hidden_size: int = 256,
         lstm_size: int | None = None,
     ) -> None:
-        C, H, W = _check_image_shape("AtariNet", obs_shape)
-        check_positive("AtariNet", hidden_size=hidden_size)
-        out_h, out_w = _shallow_out_size(H), _shallow_out_size(W)
-        if out_h < 1 or out_w < 1:
-            raise ValueError(
-                f"model AtariNet needs images of at least {_shallow_min_size()}x"
-                f"{_shallow_min_size()} pixels (convolutions 8x8 stride 4 and 4x4 stride 2, "
-                f"no padding), got observation shape {(C, H, W)}; use model=resnet for "
-                f"small images"
-            )
-        (k1, s1), (k2, s2) = _SHALLOW_CONVS
-        torso = nn.Sequential(
-            nn.Conv2d(C, 16, kernel_size=k1, stride=s1),
-            nn.ReLU(),
-            nn.Conv2d(16, 32, kernel_size=k2, stride=s2),
-            nn.ReLU(),
-            nn.Flatten(),  # [N, 32, h, w] -> [N, 32*h*w]
-            nn.Linear(32 * out_h * out_w, hidden_size),
-            nn.ReLU(),
-        )
+        shape, torso = _conv_torso("AtariNet", obs_shape, _SHALLOW_CONVS, hidden_size)
         lstm = hidden_size if lstm_size is None else lstm_size
-        super().__init__((C, H, W), num_actions, torso, hidden_size, use_lstm, lstm)
+        super().__init__(shape, num_actions, torso, hidden_size, use_lstm, lstm)
+
+
+class NatureNet(ActorCritic):
+    """The DQN network of Mnih et al. 2015 ("Human-level control through deep reinforcement
+    learning", Nature), the torso of PPO's Atari runs (Schulman et al. 2017) and of TorchBeast's
+    MonoBeast: about 2.5x the shallow network's parameters and 3x its compute.
+
+    conv 32 8x8 stride 4, conv 64 4x4 stride 2, conv 64 3x3 stride 1, each with ReLU, then FC
+    hidden_size (512), ReLU; no padding, so 84x84 frames give 7x7x64 features. Images need at
+    least 36x36 pixels.
+    """
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        use_lstm: bool = False,
+        hidden_size: int = 512,
+        lstm_size: int | None = None,
+    ) -> None:
+        shape, torso = _conv_torso("NatureNet", obs_shape, _NATURE_CONVS, hidden_size)
+        lstm = hidden_size if lstm_size is None else lstm_size
+        super().__init__(shape, num_actions, torso, hidden_size, use_lstm, lstm)
 
 
 class ResidualBlock(nn.Module):

@@ -37,7 +37,7 @@ class MLP(ActorCritic):
         if len(shape) != 1:
             raise ValueError(
                 f"model MLP takes flat vector observations, got observation shape {shape}; "
-                f"use model=shallow or model=resnet for images"
+                f"use model=nature, model=shallow or model=resnet for images"
             )
         if activation not in _ACTIVATIONS:
             raise ValueError(

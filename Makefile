@@ -7,9 +7,11 @@ PY := $(VENV)/bin/python
 # machine gets pip's default (CUDA) build. Override with `make install TORCH_CONSTRAINT=`.
 TORCH_CONSTRAINT ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,-c constraints/cpu.txt)
 ARGS ?=
+# make learn: GAME="pong breakout" trains one multi-task agent on both; LABEL names the curve
+# (when empty: defaults for one game, multitask for several).
 GAME ?= pong
 FRAMES ?= 10000000
-LABEL ?= defaults
+LABEL ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-slow test-slurm lint format train bench learn clean
@@ -49,7 +51,7 @@ bench: install ## Throughput benchmark: full loop vs env-only and learner-only c
 	$(PY) benchmarks/throughput.py $(ARGS)
 
 learn: install ## Learning benchmark: train GAME for FRAMES, write its curve to docs/learning/
-	$(PY) benchmarks/learning.py --game $(GAME) --frames $(FRAMES) --label $(LABEL) -- $(ARGS)
+	$(PY) benchmarks/learning.py --game $(GAME) --frames $(FRAMES) $(if $(LABEL),--label $(LABEL)) -- $(ARGS)
 
 clean: ## Remove caches (keeps .venv, runs/ and multirun/)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

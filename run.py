@@ -24,6 +24,7 @@ def main(dict_config) -> None:
 
     from stampede.checkpoint import CheckpointError
     from stampede.config_error import ConfigError
+    from stampede.envs import EnvError
     from stampede.eval_run import evaluate_checkpoint
     from stampede.evaluate import EvalError
     from stampede.launch import train
@@ -40,7 +41,7 @@ def main(dict_config) -> None:
     except (ActorFailure, NumericalFailure) as failure:
         logging.getLogger("stampede").error("%s", failure)
         raise SystemExit(1) from None
-    except (CheckpointError, ConfigError, EvalError, RunDirBusy) as error:  # one line, no trace
+    except (CheckpointError, ConfigError, EnvError, EvalError, RunDirBusy) as error:  # one line
         print(f"stampede: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 

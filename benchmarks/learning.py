@@ -2,6 +2,7 @@
 
     python benchmarks/learning.py --game pong --frames 10000000 [--threshold 0 10 18]
                                   [--label defaults] [-- <more Hydra overrides>]
+    python benchmarks/learning.py --game pong breakout --frames 10000000   # one multi-task agent
 
 Trains ``python run.py env=atari env.game=<game> total_frames=<frames>`` in a fixed run
 directory (``runs/learn/<label>/<game>`` by default), so a run that was stopped resumes where
@@ -14,6 +15,11 @@ it was when the command is run again, and a finished run is only reported. Then 
 and prints the frames and wall time at which the mean of the last 100 games first reached each
 ``--threshold``, and the final mean. Extra Hydra overrides after ``--`` go to ``run.py`` (for
 example ``+experiment=impala_paper --label paper``).
+
+Several games train one multi-task agent on all of them (``env.games``, the full action set,
+PopArt; label ``multitask`` by default, run directory ``runs/learn/<label>/<game+game>``); then
+each game's curve, drawn against that game's own frames, goes into its ``<game>_<label>.csv`` and
+``<game>.png``, beside the single-game curves of the same game.
 """
 
 from __future__ import annotations
@@ -35,12 +41,16 @@ from stampede.learning_curve import LearningCurve
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _train(run_dir: Path, game: str, frames: int, overrides: list[str]) -> None:
+def _train(run_dir: Path, games: list[str], frames: int, overrides: list[str]) -> None:
+    if len(games) == 1:
+        env = [f"env.game={games[0]}"]
+    else:  # one agent for every game: one policy head over the full action set, PopArt
+        env = [f"env.games=[{','.join(games)}]", "env.full_action_space=true", "vtrace.popart=true"]
     command = [
         sys.executable,
         str(ROOT / "run.py"),
         "env=atari",
-        f"env.game={game}",
+        *env,
         f"total_frames={frames}",
         f"hydra.run.dir={run_dir}",
         "logger.progress=false",
@@ -73,7 +83,12 @@ def _random_score(game: str) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--game", default="pong", help="ALE game id, e.g. pong, breakout")
+    parser.add_argument(
+        "--game",
+        nargs="+",
+        default=["pong"],
+        help="ALE game id, e.g. pong; several: one multi-task agent for all",
+    )
     parser.add_argument("--frames", type=int, default=10_000_000, help="environment frames")
     parser.add_argument(
         "--threshold",
@@ -82,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="returns to time (default: 0 10 18 for pong, none otherwise)",
     )
-    parser.add_argument("--label", default="defaults", help="name of this recipe in the plot")
+    parser.add_argument(
+        "--label",
+        default=None,
+        help="name of this recipe in the plot (default: defaults, or multitask for several games)",
+    )
     parser.add_argument(
         "--run-dir",
         type=Path,
@@ -93,36 +112,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="do not train, only report")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for run.py (after --)")
     args = parser.parse_args(argv)
-    thresholds = args.threshold
-    if thresholds is None:
-        thresholds = [0.0, 10.0, 18.0] if args.game == "pong" else []
-    run_dir = args.run_dir or ROOT / "runs" / "learn" / args.label / args.game
+    games = list(args.game)
+    label = args.label or ("defaults" if len(games) == 1 else "multitask")
+    run_dir = args.run_dir or ROOT / "runs" / "learn" / label / "+".join(games)
     if not args.report_only:
-        _train(run_dir, args.game, args.frames, args.overrides)
+        _train(run_dir, games, args.frames, args.overrides)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
+    status = 0
+    for game in games:
+        curve = learning_curve.from_run(run_dir, game=game if len(games) > 1 else None)
+        if not len(curve.frames):
+            print(f"learning: {run_dir} has no finished games of {game}", file=sys.stderr)
+            status = 1
+            continue
+        thresholds = args.threshold
+        if thresholds is None:
+            thresholds = [0.0, 10.0, 18.0] if game == "pong" else []
+        _report(game, label, curve, thresholds, run_dir, args.out)
+    return status
 
-    curve = learning_curve.from_run(run_dir)
-    if not len(curve.frames):
-        print(f"learning: {run_dir} has no finished games", file=sys.stderr)
-        return 1
-    csv_path = learning_curve.write_csv(curve, args.out / f"{args.game}_{args.label}.csv")
-    curves = {args.label: curve}
-    for other in sorted(args.out.glob(f"{args.game}_*.csv")):
-        label = other.stem.removeprefix(f"{args.game}_")
-        if label != args.label:
-            curves[label] = _read_csv(other)
+
+def _report(
+    game: str,
+    label: str,
+    curve: LearningCurve,
+    thresholds: list[float],
+    run_dir: Path,
+    out: Path,
+) -> None:
+    """Write the game's curve and plot (beside its other labels' curves), print its figures."""
+    csv_path = learning_curve.write_csv(curve, out / f"{game}_{label}.csv")
+    curves = {label: curve}
+    for other in sorted(out.glob(f"{game}_*.csv")):
+        name = other.stem.removeprefix(f"{game}_")
+        if name != label:
+            curves[name] = _read_csv(other)
     fig = learning_curve.plot(
         curves,
-        f"{args.game}: mean return of the last {curve.window} games",
+        f"{game}: mean return of the last {curve.window} games",
         thresholds,
-        _random_score(args.game),
+        _random_score(game),
     )
-    png_path = args.out / f"{args.game}.png"
+    png_path = out / f"{game}.png"
     fig.savefig(png_path, dpi=110)
-
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     print(
-        f"run: {run_dir} ({int(curve.frames[-1]):,} frames, {len(curve.frames):,} games, "
-        f"{curve.elapsed_s[-1] / 60:.1f} min of training)"
+        f"{game} in {run_dir} ({int(curve.frames[-1]):,} frames of {game}, "
+        f"{len(curve.frames):,} games, {curve.elapsed_s[-1] / 60:.1f} min of training)"
     )
     for c in learning_curve.crossings(curve, thresholds):
         where = (
@@ -132,9 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"  mean of last {curve.window} >= {c.threshold:g}: {where}")
     print(f"  final mean of last {curve.window}: {curve.final:.2f}")
-    print(f"wrote {csv_path.relative_to(ROOT) if csv_path.is_relative_to(ROOT) else csv_path}")
-    print(f"wrote {png_path.relative_to(ROOT) if png_path.is_relative_to(ROOT) else png_path}")
-    return 0
+    for path in (csv_path, png_path):
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
 if __name__ == "__main__":

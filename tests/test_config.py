@@ -26,7 +26,7 @@ from stampede.compose import GROUP_SCHEMAS, register_configs, to_config
 from stampede.config import Config, OptimConfig, RuntimeConfig, VTraceConfig
 from stampede.config_error import ConfigError
 from stampede.envs import EnvSettings
-from stampede.model_config import model_factory, model_schema, network_class
+from stampede.model_config import ENV_ARGUMENTS, model_factory, model_schema, network_class
 from stampede.models import MLP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ MODEL_GROUPS = {
 
 def constructor_arguments(target: str) -> list[str]:
     parameters = inspect.signature(network_class(target)).parameters
-    return [name for name in parameters if name not in ("obs_shape", "num_actions")]
+    return [name for name in parameters if name not in ENV_ARGUMENTS]
 
 
 @pytest.mark.parametrize(

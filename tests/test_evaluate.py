@@ -140,8 +140,9 @@ def test_eval_json_has_the_report_format_and_report_reads_it(tmp_path: Path) -> 
     written = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert list(written) == [
         "game", "env_kind", "seed", "experiment", "frames", "episodes", "greedy",
-        "returns", "mean", "median", "std", "min", "max", "checkpoint",
+        "returns", "mean", "median", "std", "min", "max", "checkpoint", "agent_games",
     ]  # fmt: skip
+    assert written["agent_games"] == 1  # one agent per game
     assert written["returns"] == [-21.0, -19.0, -20.0]
     assert (written["median"], written["min"], written["max"]) == (-20.0, -21.0, -19.0)
     (read,) = report.collect(tmp_path)
@@ -157,7 +158,7 @@ def test_evaluate_run_overwrites_eval_json_and_appends_history(tmp_path: Path) -
     )
     model = cartpole_mlp()
     for frames in (100, 200):
-        result = eval_run.evaluate_run(model, cfg, tmp_path, frames, None, logger=None)
+        [result] = eval_run.evaluate_run(model, cfg, tmp_path, frames, None, logger=None)
     record = json.loads((tmp_path / "eval.json").read_text())
     assert record["frames"] == 200
     assert record["returns"] == list(result.returns)

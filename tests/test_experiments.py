@@ -63,7 +63,24 @@ def test_experiment_composes_with_eval_at_end_and_wandb_tags(experiment: str) ->
     assert cfg.name == experiment
     assert cfg.eval.at_end
     assert cfg.logger.wandb.group == experiment
-    assert cfg.logger.wandb.tags == [experiment, cfg.env.game, "seed_2"]
+    game = "multitask" if cfg.env.games else cfg.env.game
+    assert cfg.logger.wandb.tags == [experiment, game, "seed_2"]
+
+
+@pytest.mark.parametrize(
+    ("experiment", "games"), [("multitask_atari5", 5), ("multitask_atari57", 57)]
+)
+def test_multitask_experiments_train_one_agent_on_their_games(experiment: str, games: int) -> None:
+    from stampede.atari57 import ATARI5, atari57
+
+    cfg = load_config(CONF, [f"+experiment={experiment}"])
+    assert tuple(cfg.env.games) == (ATARI5 if games == 5 else atari57())
+    assert cfg.env.full_action_space
+    assert cfg.vtrace.popart
+    assert cfg.total_frames == games * 200_000_000  # 200M frames per game, as the paper
+    if games == 57:  # the paper's deep network; enough env slots for 57 games on 2 actors
+        assert isinstance(cfg.model, ResNetConfig)
+        assert 2 * cfg.runtime.envs_per_actor >= 57
 
 
 def test_atari57_is_the_papers_protocol() -> None:

@@ -29,6 +29,22 @@ def _write_episodes(run_dir: Path, returns: list[float], frames_per_game: int = 
             f.write(json.dumps(row) + "\n")
 
 
+def test_a_multitask_runs_game_curve_is_drawn_against_that_games_frames(tmp_path: Path) -> None:
+    """Each game of a multi-task run has its own curve, on its own frames (not the run's)."""
+    lines = [
+        {"env/frames": 100, "env/pong/episode_return": -21.0, "env/pong/frames": 60},
+        {"env/frames": 200, "env/breakout/episode_return": 2.0, "env/breakout/frames": 90},
+        {"env/frames": 300, "env/pong/episode_return": -19.0, "env/pong/frames": 170},
+    ]
+    (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    pong = learning_curve.from_run(tmp_path, window=2, game="pong")
+    np.testing.assert_array_equal(pong.frames, [60, 170])
+    assert pong.final == pytest.approx(-20.0)
+    breakout = learning_curve.from_run(tmp_path, window=1, game="breakout")
+    np.testing.assert_array_equal(breakout.frames, [90])
+    assert len(learning_curve.from_run(tmp_path).frames) == 0  # no single-game curve in it
+
+
 def test_mean_of_last_window_games_by_hand(tmp_path: Path) -> None:
     _write_episodes(tmp_path, [-21.0, -20.0, -19.0, -18.0, 0.0])
     curve = learning_curve.from_run(tmp_path, window=3)

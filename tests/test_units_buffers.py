@@ -64,6 +64,7 @@ def test_time_major_fields_are_t_plus_1_by_slots_times_envs() -> None:
         "logits": (T + 1, S * E, A),
         "episode_return": (T + 1, S * E),
         "episode_length": (T + 1, S * E),
+        "task": (T + 1, S * E),
         "core_state_0": (1, S * E, H),
         "core_state_1": (1, S * E, H),
         "policy_version": (S,),

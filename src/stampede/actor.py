@@ -43,6 +43,11 @@ class ActorSetup:
     device: str
     threads: int
     restart: int = 0  # bumps when the runner replaces this actor after a failure
+    tasks: tuple[int, ...] = ()  # multi-task runs: the task (game index) of each env
+
+    def task_ids(self) -> Tensor:
+        """[E] int64, the task of each of this actor's envs (all 0 in a single-game run)."""
+        return torch.tensor(self.tasks or (0,) * self.num_envs, dtype=torch.int64)
 
     def seeds(self) -> tuple[int, int]:
         """(environment seed, torch seed) from the run seed, rank, actor id and generation."""
@@ -115,10 +120,13 @@ def _rollouts(
     torch.manual_seed(torch_seed)
     device = torch.device(setup.device)
     E, T = setup.num_envs, setup.unroll_length
-    env = make_vec_env(num_envs=E, seed=env_seed, **setup.env_kwargs)
+    env = make_vec_env(num_envs=E, seed=env_seed, tasks=setup.tasks or None, **setup.env_kwargs)
+    task = setup.task_ids()  # [E]
     try:
         step = _Step(env.reset(seed=env_seed), E)
-        act = functools.partial(policy_step, model, device=device, reward_clip=setup.reward_clip)
+        act = functools.partial(
+            policy_step, model, device=device, reward_clip=setup.reward_clip, task=task
+        )
         state = model.initial_state(E, device)
         state_before, (action, logits, state) = state, act(*step.inputs(), state)
         parent = os.getppid()
@@ -131,6 +139,7 @@ def _rollouts(
             with clock.stage("write"):
                 slot = buffers.slot(index)
                 slot["policy_version"].fill_(version.value)
+                slot["task"].copy_(task.expand(T + 1, E))  # [E] -> [T + 1, E]
                 for i, tensor in enumerate(state_before):
                     slot[f"core_state_{i}"].copy_(tensor)
             for t in range(T + 1):

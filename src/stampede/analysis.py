@@ -66,7 +66,8 @@ def games_sweep(name: str) -> str:
 
 
 def register_resolvers() -> None:
-    """Register ``${stampede.games:<set>}`` with OmegaConf (experiments sweep ``env.game`` with it).
+    """Register ``${stampede.games:<set>}`` with OmegaConf (experiments sweep ``env.game`` with it)
+    and ``${stampede.game_list:<set>}``, the same games as a list (multi-task ``env.games``).
 
     Hydra's basic sweeper instantiates itself from the config, which resolves interpolations in
     ``hydra.sweeper.params``; so this must run before Hydra starts (``register_configs`` does).
@@ -74,6 +75,7 @@ def register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("stampede.games", games_sweep, replace=True)
+    OmegaConf.register_new_resolver("stampede.game_list", lambda n: list(games(n)), replace=True)
 
 
 # ----------------------------------------------------------------------------------- runs

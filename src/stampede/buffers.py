@@ -12,6 +12,8 @@ with what led to it (the network's inputs at x_t, as in the paper) and what mu d
     logits[t]        mu's logits at x_t
     episode_return/episode_length[t]   the true game return/length where a whole game ended on
                      the transition into x_t (NaN / 0 elsewhere)
+    task[t]          the task id of the env (index into ``env.games``; 0 in single-game runs),
+                     the same at every step: an env slot plays one game for the whole run
 
 The last step of a rollout is the first step of the next one, so consecutive slots overlap by one
 step. ``core_state`` is the LSTM state before step 0.
@@ -68,6 +70,7 @@ def rollout_spec(
         "logits": Field((*steps, env.num_actions), torch.float32),
         "episode_return": Field(steps, torch.float32),
         "episode_length": Field(steps, torch.int64),
+        "task": Field(steps, torch.int64),
         "policy_version": Field((), torch.int64),
         "actor_time": Field((len(ACTOR_STAGES) + 1,), torch.float64),
     }

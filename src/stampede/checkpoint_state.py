@@ -18,7 +18,7 @@ import dataclasses
 import inspect
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from stampede.config_error import ConfigError
 from stampede.envs import EnvSpec
 from stampede.model_config import network_class
 from stampede.models import ActorCritic
+from stampede.popart import PopArt
 
 log = logging.getLogger("stampede")
 
@@ -51,6 +52,7 @@ class Progress:
     generation: int = 0  # bumps on every resume of the run, so actor seeds never repeat
     train_s: float = 0.0  # seconds spent in the training loop before this resume
     torch_rng: torch.Tensor | None = None  # the learner's RNG state at the checkpoint
+    task_frames: list[int] = field(default_factory=list)  # multi-task runs: frames per game
 
 
 def config_yaml(cfg: Config) -> str:
@@ -66,6 +68,7 @@ def fingerprint(cfg: Config, spec: EnvSpec) -> dict[str, Any]:
         "model": cfg.model._target_,
         "model_kwargs": repr(sorted(cfg.model.kwargs().items())),
         "env": cfg.env.name,
+        **({"games": list(cfg.env.games)} if cfg.env.games else {}),
         **spec_fingerprint(spec),
     }
 
@@ -91,9 +94,11 @@ def save(
     model: ActorCritic,
     optimizer: torch.optim.Optimizer,
     progress: Progress,
+    popart: PopArt | None = None,
 ) -> Path:
     """Write the run's training state as its newest checkpoint (``checkpoint.save``: atomic,
-    checksummed, the newest ``checkpointing.keep`` kept). Plain data: it loads ``weights_only``."""
+    checksummed, the newest ``checkpointing.keep`` kept), with PopArt's statistics if the run
+    has them. Plain data: it loads ``weights_only``."""
     state = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -102,9 +107,12 @@ def save(
         "generation": progress.generation,
         "train_s": progress.train_s,
         "torch_rng": torch.get_rng_state(),  # where this process's stream is now
+        "task_frames": list(progress.task_frames),
         "config": config_yaml(cfg),
         "fingerprint": fingerprint(cfg, spec),
     }
+    if popart is not None:
+        state["popart"] = popart.state_dict()
     directory = checkpoint.checkpoint_dir(run_dir)
     path = checkpoint.save(directory, progress.frames, state, keep=cfg.checkpointing.keep)
     log.info("checkpoint %s (frames=%d, updates=%d)", path.name, progress.frames, progress.updates)
@@ -117,19 +125,24 @@ def resume(
     spec: EnvSpec,
     model: ActorCritic,
     optimizer: torch.optim.Optimizer,
+    popart: PopArt | None = None,
 ) -> Progress:
-    """Load the run directory's newest readable checkpoint into ``model`` and ``optimizer`` if it
-    was written for this network and env (``fingerprint``); the progress to continue from (none:
-    a fresh start). CheckpointError (one line) if it does not fit or does not load."""
+    """Load the run directory's newest readable checkpoint into ``model``, ``optimizer`` and
+    ``popart`` if it was written for this network and env (``fingerprint``); the progress to
+    continue from (none: a fresh start). CheckpointError (one line) if it does not fit or does
+    not load."""
     found = checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir))
     if found is None:
         return Progress()
     path, state = found
     advice = "resume with the same config or use another run directory (hydra.run.dir=...)"
     check_fits(state, fingerprint(cfg, spec), path, advice)
+    _check_popart(state, popart, path)
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        if popart is not None and "popart" in state:
+            popart.load_state_dict(state["popart"])
     except (KeyError, RuntimeError, ValueError) as error:
         raise CheckpointError(f"{path}: cannot restore: {error}") from None
     progress = Progress(
@@ -138,9 +151,21 @@ def resume(
         generation=int(state["generation"]) + 1,
         train_s=float(state.get("train_s", 0.0)),  # absent in checkpoints before 0.2
         torch_rng=state["torch_rng"],
+        task_frames=[int(f) for f in state.get("task_frames", [])],
     )
     log.info("resumed from %s: frames=%d updates=%d", path, progress.frames, progress.updates)
     return progress
+
+
+def _check_popart(state: Mapping[str, Any], popart: PopArt | None, path: Path) -> None:
+    """A network trained with PopArt outputs normalised values: without its statistics they
+    would be read as values, so such a checkpoint resumes only with ``vtrace.popart=true``. The
+    other way round is fine: PopArt's statistics start at mean 0, scale 1 (no change)."""
+    if popart is None and "popart" in state:
+        raise CheckpointError(
+            f"{path} was written with vtrace.popart=true (its network's values are normalised); "
+            "resume it with vtrace.popart=true"
+        )
 
 
 def check_fits(

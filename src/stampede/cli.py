@@ -122,7 +122,7 @@ def check_buildable(cfg: Config) -> None:
     from stampede.envs import env_spec
 
     spec = env_spec(**dataclasses.asdict(cfg.env))
-    model_factory(cfg.model, spec.obs_shape, spec.num_actions)()
+    model_factory(cfg.model, spec.obs_shape, spec.num_actions, len(cfg.env.tasks))()
 
 
 def explain(error: BaseException) -> str:

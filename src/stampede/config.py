@@ -41,6 +41,8 @@ class VTraceConfig:
     reward_clip: float = 1.0  # rewards clipped to [-reward_clip, reward_clip]; 0 disables clipping
     normalize_advantages: bool = False  # pg advantages to zero mean, unit std per batch
     pg_clip: float = 0.0  # PPO-style ratio clip around the learner's policy at arrival; 0 = off
+    popart: bool = False  # per-task value normalisation (Hessel et al. 2019), stampede.popart
+    popart_step_size: float = 3e-4  # beta of PopArt's running moments (the paper's)
 
     def __post_init__(self) -> None:
         require(0.0 <= self.discount <= 1.0, "vtrace.discount", self.discount, "in [0, 1]")
@@ -53,6 +55,8 @@ class VTraceConfig:
                 f"got rho_bar={self.rho_bar!r} < c_bar={self.c_bar!r}"
             )
         require(0.0 <= self.pg_clip < 1.0, "vtrace.pg_clip", self.pg_clip, "in [0, 1) (0: off)")
+        beta = self.popart_step_size
+        require(0.0 < beta <= 1.0, "vtrace.popart_step_size", beta, "in (0, 1]")
         for key in ("baseline_cost", "entropy_cost", "reward_clip"):
             require(getattr(self, key) >= 0, f"vtrace.{key}", getattr(self, key), ">= 0")
 

@@ -80,6 +80,11 @@ def average_gradients(grads: list[Tensor]) -> None:
         offset += g.numel()
 
 
+def all_reduce_sum(tensor: Tensor) -> None:
+    """Sum ``tensor`` over the ranks, in place (e.g. PopArt's per-task target sums)."""
+    dist.all_reduce(tensor)
+
+
 def broadcast_model(model: nn.Module) -> None:
     """Give every rank rank 0's parameters and buffers."""
     for tensor in [*model.parameters(), *model.buffers()]:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from stampede.evaluate import Evaluation
 
 EVAL_FILENAME = "eval.json"
+MULTITASK_EVAL_DIR = "eval"  # a multi-task run's results: <run_dir>/eval/<game>/eval.json
 HISTORY_FILENAME = "eval_history.jsonl"  # one line per evaluation of a run, oldest first
 VIDEO_KEY = "eval/video"
 
@@ -49,15 +50,22 @@ class EvalRecord:
     min: float
     max: float
     checkpoint: str | None  # the checkpoint file evaluated; None for the live learner
+    agent_games: int = 1  # games the evaluated agent was trained on (> 1: one multi-task agent)
     path: Path | None = None
 
     @classmethod
     def of(
-        cls, evaluation: Evaluation, cfg: Config, frames: int, checkpoint: str | None
+        cls,
+        evaluation: Evaluation,
+        cfg: Config,
+        frames: int,
+        checkpoint: str | None,
+        task: int = 0,
     ) -> EvalRecord:
-        """The record of ``evaluation``, a policy of the run ``cfg`` after ``frames`` frames."""
+        """The record of ``evaluation``, a policy of the run ``cfg`` after ``frames`` frames,
+        on its game ``task`` (the one game of a single-game run)."""
         return cls(
-            game=cfg.env.name,
+            game=cfg.env.tasks[task],
             env_kind=cfg.env.kind,
             seed=cfg.seed,
             experiment=cfg.name,
@@ -71,6 +79,7 @@ class EvalRecord:
             min=evaluation.min,
             max=evaluation.max,
             checkpoint=checkpoint,
+            agent_games=len(cfg.env.tasks),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -104,6 +113,7 @@ def read_eval(path: Path) -> EvalRecord:
         min=float(data["min"]),
         max=float(data["max"]),
         checkpoint=None if data["checkpoint"] is None else str(data["checkpoint"]),
+        agent_games=int(data.get("agent_games", 1)),  # absent before multi-task runs
         path=Path(path),
     )
 
@@ -125,20 +135,26 @@ def write_eval(run_dir: Path, record: EvalRecord, evaluation: Evaluation) -> Pat
     return path
 
 
-def eval_metrics(evaluation: Evaluation, frames: int) -> dict[str, float | int]:
-    """The ``eval/*`` metrics of one evaluation, at ``env/frames`` (the names in the README)."""
+def eval_metrics(
+    evaluation: Evaluation, frames: int, game: str | None = None
+) -> dict[str, float | int]:
+    """The ``eval/*`` metrics of one evaluation, at ``env/frames`` (the names in the README);
+    ``eval/<game>/*`` for one game of a multi-task run."""
+    prefix = f"eval/{game}" if game else "eval"
     return {
         "env/frames": int(frames),
-        "eval/episode_return": evaluation.mean,
-        "eval/episode_return_median": evaluation.median,
-        "eval/episode_return_std": evaluation.std,
-        "eval/episode_length": evaluation.mean_length,
-        "eval/episodes": evaluation.episodes,
+        f"{prefix}/episode_return": evaluation.mean,
+        f"{prefix}/episode_return_median": evaluation.median,
+        f"{prefix}/episode_return_std": evaluation.std,
+        f"{prefix}/episode_length": evaluation.mean_length,
+        f"{prefix}/episodes": evaluation.episodes,
     }
 
 
-def format_result(evaluation: Evaluation, cfg: Config, frames: int, path: Path | None) -> str:
-    """The statistics of one evaluation as a short readable block."""
+def format_result(
+    evaluation: Evaluation, cfg: Config, frames: int, path: Path | None, task: int = 0
+) -> str:
+    """The statistics of one evaluation (of game ``task``) as a short readable block."""
     env = cfg.env
     protocol = (
         f"whole games, up to {env.noop_max} no-op starts, cap {env.max_episode_frames:,} frames"
@@ -147,7 +163,7 @@ def format_result(evaluation: Evaluation, cfg: Config, frames: int, path: Path |
     )
     e = evaluation
     lines = [
-        f"evaluation of {env.name} (seed {cfg.seed}, {frames:,} training frames)",
+        f"evaluation of {env.tasks[task]} (seed {cfg.seed}, {frames:,} training frames)",
         f"  checkpoint: {path}" if path is not None else "",
         f"  {e.episodes} games, {'greedy' if cfg.eval.greedy else 'sampled'} actions, {protocol}",
         f"  return: mean {e.mean:.2f}  median {e.median:.2f}  std {e.std:.2f}  "

@@ -27,6 +27,7 @@ from stampede.config import Config, EvalConfig
 from stampede.envs import EnvError, env_spec
 from stampede.eval_results import (
     EVAL_FILENAME,
+    MULTITASK_EVAL_DIR,
     VIDEO_KEY,
     EvalRecord,
     eval_metrics,
@@ -51,20 +52,46 @@ def evaluate_run(
     frames: int,
     checkpoint_path: str | None,
     logger: MetricLogger | None,
-) -> Evaluation:
-    """Evaluate ``model`` with the ``cfg.eval`` settings and write ``<run_dir>/eval.json``.
+) -> list[Evaluation]:
+    """Evaluate ``model`` with the ``cfg.eval`` settings and write ``<run_dir>/eval.json``; one
+    evaluation per game of a multi-task run (``env.games``), each in ``<run_dir>/eval/<game>/``.
 
     What the runner calls when training ends (``cfg.eval.at_end``) and every
     ``cfg.eval.every_frames``. eval.json holds the latest evaluation, in the format
     ``stampede.report`` reads; every evaluation is also appended to ``eval_history.jsonl``.
     With ``cfg.eval.video`` the mp4 goes to ``<run_dir>/videos/<game>_<frames>.mp4``. The
-    ``eval/*`` metrics (and the video) go to every sink of ``logger`` at ``env/frames``.
-    Meanwhile torch uses ``cfg.runtime.actor_threads`` threads, as an actor does (restored after).
+    ``eval/*`` metrics (``eval/<game>/*`` for a multi-task run) and the video go to every sink
+    of ``logger`` at ``env/frames``. Meanwhile torch uses ``cfg.runtime.actor_threads`` threads,
+    as an actor does (restored after).
     """
-    e = cfg.eval
+    return [
+        _evaluate_game(model, cfg, task, Path(run_dir), frames, checkpoint_path, logger)
+        for task in range(len(cfg.env.tasks))
+    ]
+
+
+def results_dir(run_dir: Path, cfg: Config, task: int) -> Path:
+    """Where the evaluation of game ``task`` of the run goes: the run directory, or
+    ``<run_dir>/eval/<game>`` for a multi-task run."""
+    if cfg.env.games:
+        return Path(run_dir) / MULTITASK_EVAL_DIR / cfg.env.tasks[task]
+    return Path(run_dir)
+
+
+def _evaluate_game(
+    model: ActorCritic,
+    cfg: Config,
+    task: int,
+    run_dir: Path,
+    frames: int,
+    checkpoint_path: str | None,
+    logger: MetricLogger | None,
+) -> Evaluation:
+    """``evaluate_run`` for one game (task) of the run."""
+    e, game = cfg.eval, cfg.env.tasks[task]
     log.info(
         "evaluating %s at %d frames: %d games on %d envs (%s actions)",
-        cfg.env.name,
+        game,
         frames,
         e.episodes,
         min(e.num_envs, e.episodes),
@@ -73,7 +100,7 @@ def evaluate_run(
     with _torch_threads(cfg.runtime.actor_threads):
         evaluation = evaluate(
             model,
-            dataclasses.asdict(cfg.env),
+            dataclasses.asdict(cfg.env.task(task)),
             episodes=e.episodes,
             num_envs=e.num_envs,
             seed=eval_seed(cfg.seed),
@@ -81,19 +108,21 @@ def evaluate_run(
             reward_clip=cfg.vtrace.reward_clip,
             device=next(model.parameters()).device,
             video_dir=Path(run_dir) / VIDEO_DIRNAME if e.video else None,
-            video_name=f"{cfg.env.name}_{frames:012d}",
+            video_name=f"{game}_{frames:012d}",
+            task=task,
         )
-    record = EvalRecord.of(evaluation, cfg, frames, checkpoint_path)
+    record = EvalRecord.of(evaluation, cfg, frames, checkpoint_path, task)
+    results = results_dir(run_dir, cfg, task)
     try:
-        write_eval(Path(run_dir), record, evaluation)
+        write_eval(results, record, evaluation)
     except OSError as error:
         raise EvalError(
-            f"cannot write the evaluation results ({EVAL_FILENAME}) to {run_dir}: "
+            f"cannot write the evaluation results ({EVAL_FILENAME}) to {results}: "
             f"{error.strerror or error}; evaluation needs a writable run directory"
         ) from None
     if logger is not None:
         videos = {VIDEO_KEY: evaluation.video} if evaluation.video is not None else {}
-        logger.write(eval_metrics(evaluation, frames), videos)
+        logger.write(eval_metrics(evaluation, frames, game if cfg.env.games else None), videos)
     return evaluation
 
 
@@ -112,7 +141,7 @@ def _torch_threads(threads: int) -> Iterator[None]:
 # ------------------------------------------------------------------------------ checkpoints
 
 
-def evaluate_checkpoint(cfg: Config) -> Evaluation:
+def evaluate_checkpoint(cfg: Config) -> list[Evaluation]:
     """``python run.py mode=eval checkpoint=<run dir or file>``: evaluate a stored policy.
 
     Loads the checkpoint (``weights_only``), rebuilds env and network from the training config
@@ -141,7 +170,8 @@ def evaluate_checkpoint(cfg: Config) -> Evaluation:
         "gives here (another ale-py or gymnasium version?)"
     )
     check_fits(state, spec_fingerprint(spec), path, advice)
-    model = model_factory(train_cfg.model, spec.obs_shape, spec.num_actions)()
+    tasks = len(train_cfg.env.tasks)
+    model = model_factory(train_cfg.model, spec.obs_shape, spec.num_actions, tasks)()
     try:
         model.load_state_dict(state["model"])
     except (KeyError, RuntimeError) as error:
@@ -149,11 +179,12 @@ def evaluate_checkpoint(cfg: Config) -> Evaluation:
         raise CheckpointError(f"{path}: cannot load the network: {detail}") from None
     model.to(train_cfg.torch_device)
     frames = int(state.get("frames", 0))
-    results_dir = checkpoint_run_dir(path)
-    evaluation = evaluate_run(model, train_cfg, results_dir, frames, str(path), logger=None)
-    print(format_result(evaluation, train_cfg, frames, path), flush=True)
-    print(f"  results: {results_dir / EVAL_FILENAME}", flush=True)
-    return evaluation
+    run_dir = checkpoint_run_dir(path)
+    evaluations = evaluate_run(model, train_cfg, run_dir, frames, str(path), logger=None)
+    for task, evaluation in enumerate(evaluations):
+        print(format_result(evaluation, train_cfg, frames, path, task), flush=True)
+        print(f"  results: {results_dir(run_dir, train_cfg, task) / EVAL_FILENAME}", flush=True)
+    return evaluations
 
 
 def checkpoint_run_dir(path: Path) -> Path:

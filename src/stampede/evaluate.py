@@ -121,9 +121,11 @@ class Policy:
         device: torch.device,
         greedy: bool,
         reward_clip: float,
+        task: int = 0,
     ) -> None:
         self.model, self.device = model, device
         self.greedy, self.reward_clip = greedy, reward_clip
+        self.task = torch.full((batch,), task, dtype=torch.int64)  # a multi-task net's game
         self.state = model.initial_state(batch, device)
         self.last_action = torch.zeros(batch, dtype=torch.int64)
         self.reward = torch.zeros(batch)
@@ -141,6 +143,7 @@ class Policy:
             device=self.device,
             reward_clip=self.reward_clip,
             greedy=self.greedy,
+            task=self.task,
         )
         self.last_action, self.state = step.action, step.core_state
         return self.last_action.numpy()
@@ -166,6 +169,7 @@ def evaluate(
     device: torch.device | str,
     video_dir: Path | None = None,
     video_name: str = "eval",
+    task: int = 0,
 ) -> Evaluation:
     """Play ``episodes`` whole games on ``num_envs`` environments and return their true returns.
 
@@ -175,6 +179,7 @@ def evaluate(
     torch RNG is left as it was. reward_clip: the clip the model was trained with (its input).
     video_dir: if given, one more game is played on a single renderable environment and recorded
     to ``<video_dir>/<video_name>.mp4`` (``stampede.eval_video``; not counted in the returns).
+    task: the task id of ``env_kwargs``' game for a multi-task network (its index in env.games).
     """
     quotas = episode_quotas(episodes, num_envs)
     device = torch.device(device)
@@ -192,12 +197,13 @@ def evaluate(
                 from stampede.eval_video import check_video_env, record_video
 
                 check_video_env(kwargs, seed)  # fail before the long part, not after it
-            returns, lengths = _play(model, kwargs, quotas, seed, greedy, reward_clip, device)
+            policy = Policy(model, len(quotas), device, greedy, reward_clip, task)
+            returns, lengths = _play(policy, kwargs, quotas, seed)
             video = None
             if video_dir is not None:
                 # The next env's seed (folded like env_seeds): a game not in the statistics.
                 video_seed = (seed + len(quotas)) % 2**31
-                policy = Policy(model, 1, device, greedy, reward_clip)
+                policy = Policy(model, 1, device, greedy, reward_clip, task)
                 video = record_video(policy, kwargs, video_seed, video_dir, video_name)
     finally:
         model.train(was_training)
@@ -205,21 +211,15 @@ def evaluate(
 
 
 def _play(
-    model: ActorCritic,
-    env_kwargs: dict[str, Any],
-    quotas: Sequence[int],
-    seed: int,
-    greedy: bool,
-    reward_clip: float,
-    device: torch.device,
+    policy: Policy, env_kwargs: dict[str, Any], quotas: Sequence[int], seed: int
 ) -> tuple[list[float], list[int]]:
-    """Step one vector until environment i has finished ``quotas[i]`` games; collect them."""
+    """Step one vector with ``policy`` (fresh, for len(quotas) envs) until environment i has
+    finished ``quotas[i]`` games; collect them."""
     E = len(quotas)
     env = make_vec_env(num_envs=E, seed=seed, **env_kwargs)
     games: list[list[tuple[float, int]]] = [[] for _ in range(E)]
     try:
         obs = env.reset(seed=seed)
-        policy = Policy(model, E, device, greedy, reward_clip)
         while any(len(games[i]) < quotas[i] for i in range(E)):
             result = env.step(policy.act(obs))
             policy.observe(result.reward, result.done)

@@ -127,10 +127,15 @@ class GameRow:
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-    """Per-game rows (Atari-57 order) for the games present, and the games missing."""
+    """Per-game rows (Atari-57 order) for the games present, and the games missing.
+
+    ``multitask_games``: > 0 when every row is played by one multi-task agent trained on that
+    many games (Hessel et al. 2019's setting); 0 for one agent per game.
+    """
 
     rows: tuple[GameRow, ...]
     missing: tuple[str, ...]
+    multitask_games: int = 0
 
     @property
     def n_games(self) -> int:

@@ -11,6 +11,11 @@ with a value head that has just fitted this batch they shrink towards noise); ``
 then keeps the policy within a PPO-style trust region around the policy it had when the batch
 arrived. ``optim.epochs: 1``
 (the paper) is one step per batch, and the clip has no effect.
+
+With PopArt (``vtrace.popart``, ``stampede.popart``) the network's baseline outputs are normalised
+per task: each batch first moves the task statistics towards its V-trace targets (rescaling the
+baseline head so that the unnormalised values stay as they were), then the losses are computed
+in normalised space.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from stampede.config import OptimConfig, VTraceConfig
 from stampede.losses import impala_loss
 from stampede.models import ActorCritic, clip_reward
 from stampede.optim import build_optimizer, linear_lr
+from stampede.popart import PopArt
 from stampede.timing import LEARNER_STAGES, StageClock
 from stampede.vtrace import VTraceReturns
 
@@ -51,6 +57,13 @@ class _Arrival(NamedTuple):
         )
 
 
+def _task(batch: dict[str, Tensor]) -> Tensor:
+    """The task id of every step, [T + 1, B] (all 0 for a batch without one: a single task)."""
+    if "task" in batch:
+        return batch["task"]
+    return torch.zeros_like(batch["action"])
+
+
 def _columns(batch: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
     """Trajectories ``index`` of a batch: time-major fields [T + 1, B, ...] and the LSTM state
     [layers, B, H] keep those columns; per-slot fields (``buffers.PER_SLOT``) stay whole."""
@@ -67,8 +80,10 @@ class Learner:
         optim: OptimConfig,
         total_frames: int,
         reduce_gradients: Callable[[list[Tensor]], None] | None = None,
+        popart: PopArt | None = None,
     ) -> None:
         self.model = model
+        self.popart = popart  # per-task value normalisation, or None
         o = optim
         self.optimizer = build_optimizer(
             model.parameters(),
@@ -99,9 +114,14 @@ class Learner:
         first: dict[str, float] = {}
         arrival: _Arrival | None = None
         splits, width = self.optim.minibatches, batch["action"].shape[1]
-        if splits > 1:  # every minibatch needs the whole batch's V-trace, computed once
+        # Every minibatch needs the whole batch's V-trace, computed once; PopArt moves its
+        # statistics towards those targets before any step.
+        if splits > 1 or self.popart is not None:
             with self.clock.stage("forward_backward"), torch.no_grad():
                 _, (_, arrival) = self._losses(batch, None)
+                if self.popart is not None:
+                    task = _task(batch)[0]  # [T + 1, B] -> [B]: a trajectory has one task
+                    self.popart.update(arrival.returns.vs, task, self.model.baseline)
         stepped, skipped = 0, False
         while stepped < self.optim.epochs * splits and not skipped:
             with self.clock.stage("forward_backward"):
@@ -136,7 +156,7 @@ class Learner:
         self, batch: dict[str, Tensor], arrival: _Arrival | None
     ) -> tuple[Tensor, tuple[dict[str, float], _Arrival]]:
         """The IMPALA loss of a batch and its metrics, policy logits and V-trace returns."""
-        v = self.vtrace
+        v, task = self.vtrace, _task(batch)
         # The network over all T + 1 steps of the batch, with its inputs at each x_t as stored.
         out = self.model(
             batch["obs"],
@@ -144,10 +164,15 @@ class Learner:
             clip_reward(batch["reward"], v.reward_clip),
             batch["done"],
             buffers.core_state(batch),
+            task=task,
         )
+        values, scale = out.baseline, None  # [T + 1, B]
+        if self.popart is not None:  # normalised outputs -> V; sigma of each loss step's task
+            values = self.popart.denormalise(values, task)
+            scale = self.popart.scale_and_shift(task[:-1], values.dtype)[0]  # [T, B]
         # The loss's T steps: x_t's side and the transition x_t -> x_{t+1}, [T, B] each.
         s = buffers.transitions(
-            batch, out.policy_logits, out.baseline, discount=v.discount, reward_clip=v.reward_clip
+            batch, out.policy_logits, values, discount=v.discount, reward_clip=v.reward_clip
         )
         loss, metrics, returns = impala_loss(
             target_logits=s.pi_logits_t,
@@ -167,6 +192,7 @@ class Learner:
             anchor_logits=arrival.pi_logits_t if arrival else None,
             pg_clip=v.pg_clip,
             returns=arrival.returns if arrival else None,
+            scale=scale,
         )
         return loss, (metrics, _Arrival(s.pi_logits_t.detach(), returns))
 

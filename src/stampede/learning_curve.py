@@ -1,11 +1,12 @@
 """The learning benchmark's numbers: mean return of the last N games against frames and time.
 
 A run's ``episodes.jsonl`` has one line per finished game (``env/frames``, ``time/elapsed_s``,
-``env/episode_return``). `from_run` turns it into the curve the learning benchmark reports
-(``make learn``, ``benchmarks/learning.py``): after each game, the mean return of the last
-``window`` games (100, as the Atari literature reports), `crossings` reads off the frames and
-training seconds at which that mean first reached given returns, and `write_csv` / `plot` put
-it in ``docs/``.
+``env/episode_return``; in a multi-task run ``env/<game>/episode_return`` and
+``env/<game>/frames``, the frames of that game, against which its curve is drawn). `from_run`
+turns it into the curve the learning benchmark reports (``make learn``,
+``benchmarks/learning.py``): after each game, the mean return of the last ``window`` games (100,
+as the Atari literature reports), `crossings` reads off the frames and training seconds at which
+that mean first reached given returns, and `write_csv` / `plot` put it in ``docs/``.
 """
 
 from __future__ import annotations
@@ -45,14 +46,16 @@ class LearningCurve:
         return float(self.mean_return[-1]) if len(self.mean_return) else math.nan
 
 
-def from_run(run_dir: str | Path, window: int = WINDOW) -> LearningCurve:
+def from_run(run_dir: str | Path, window: int = WINDOW, game: str | None = None) -> LearningCurve:
     """The learning curve of a run directory, from its ``episodes.jsonl`` (the games of the
-    history it kept across restarts: `stampede.analysis.surviving_rows`)."""
+    history it kept across restarts: `stampede.analysis.surviving_rows`); with ``game``, that
+    game's curve in a multi-task run, against the frames of that game alone."""
+    prefix = f"env/{game}" if game else "env"
     rows = _jsonl(Path(run_dir) / EPISODES_FILE)
-    rows = [r for r in surviving_rows(rows) if "env/episode_return" in r]
-    frames = np.array([r["env/frames"] for r in rows], dtype=np.float64)
+    rows = [r for r in surviving_rows(rows) if f"{prefix}/episode_return" in r]
+    frames = np.array([r[f"{prefix}/frames"] for r in rows], dtype=np.float64)
     elapsed = np.array([r.get("time/elapsed_s", math.nan) for r in rows], dtype=np.float64)
-    returns = np.array([r["env/episode_return"] for r in rows], dtype=np.float64)
+    returns = np.array([r[f"{prefix}/episode_return"] for r in rows], dtype=np.float64)
     mean = smooth(returns, window) if len(returns) else returns
     games = np.arange(1, len(returns) + 1)
     mean[games < window] = math.nan  # a mean over fewer games is not the benchmark's figure

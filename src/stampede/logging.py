@@ -201,21 +201,28 @@ class MetricLogger:
             self.progress.update(int(clean["env/frames"]), info)
 
     def write_episodes(
-        self, frames: int, elapsed_s: float, returns: list[float], lengths: list[int]
+        self,
+        frames: int,
+        elapsed_s: float,
+        returns: list[float],
+        lengths: list[int],
+        games: list[tuple[str, int]] | None = None,
     ) -> None:
         """One line per finished game in ``episodes.jsonl`` (for learning curves and tests):
-        the frames and training seconds when it ended, its return and length."""
-        if self.episodes is not None:
-            for ret, length in zip(returns, lengths, strict=True):
-                self.episodes.write(
-                    {
-                        "env/frames": frames,
-                        "time/elapsed_s": round(elapsed_s, 3),
-                        "env/episode_return": ret,
-                        "env/episode_length": length,
-                    },
-                    videos={},
-                )
+        the frames and training seconds when it ended, its return and length. In a multi-task
+        run ``games`` gives each game's name and that game's frames so far; its lines hold
+        ``env/<game>/episode_return``, ``env/<game>/episode_length`` and ``env/<game>/frames``
+        instead of the single game's keys."""
+        if self.episodes is None:
+            return
+        for i, (ret, length) in enumerate(zip(returns, lengths, strict=True)):
+            prefix, extra = "env", {}
+            if games is not None:
+                game, game_frames = games[i]
+                prefix, extra = f"env/{game}", {f"env/{game}/frames": game_frames}
+            line = {"env/frames": frames, "time/elapsed_s": round(elapsed_s, 3)}
+            line |= {f"{prefix}/episode_return": ret, f"{prefix}/episode_length": length}
+            self.episodes.write(line | extra, videos={})
 
     def close(self) -> None:
         self.progress.close()

@@ -151,6 +151,7 @@ def impala_loss(
     anchor_logits: Tensor | None = None,
     pg_clip: float = 0.0,
     returns: vtrace.VTraceReturns | None = None,
+    scale: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float], vtrace.VTraceReturns]:
     """The full IMPALA loss: pg + baseline_cost * baseline + entropy_cost * entropy.
 
@@ -176,6 +177,10 @@ def impala_loss(
         returns: V-trace targets and advantages computed before (the learner's later steps on a
             batch reuse those of its first, as PPO keeps its advantages across epochs);
             None computes them from the arguments.
+        scale: PopArt's sigma of each step's task, [T, B] (`stampede.popart`): V-trace runs on
+            the unnormalised ``values``, and the baseline and policy-gradient terms are computed
+            in normalised space, on (v_s - V) / sigma and A / sigma (Hessel et al. 2019). None:
+            no normalisation.
 
     Returns:
         (total loss, metrics, the V-trace returns used). ``metrics`` has exactly
@@ -197,7 +202,10 @@ def impala_loss(
         pg_rho_bar=pg_rho_bar,
         lambda_=lambda_,
     )
-    advantages = returns.pg_advantages
+    targets, advantages = returns.vs, returns.pg_advantages
+    if scale is not None:  # [T, B] each: PopArt's normalised space, (v_s - mu) / sigma - n(x)
+        values, targets, advantages = values / scale, targets / scale, advantages / scale
+    seen = returns._replace(vs=targets, pg_advantages=advantages)  # what the diagnostics describe
     if normalize_advantages:  # [T, B] -> zero mean, unit std over the batch
         advantages = (advantages - advantages.mean()) / (advantages.std(unbiased=False) + 1e-8)
     if pg_clip > 0 and anchor_logits is not None:
@@ -206,11 +214,11 @@ def impala_loss(
         )
     else:
         pg = policy_gradient_loss(target_logits, actions, advantages)
-    baseline = baseline_cost * baseline_loss(values, returns.vs)
+    baseline = baseline_cost * baseline_loss(values, targets)
     entropy = entropy_cost * entropy_loss(target_logits)
     total = pg + baseline + entropy
     terms = torch.stack([pg, baseline, entropy, total, returns.rho_mean, returns.rho_clipped_frac])
-    diag = diagnostics(target_logits, behaviour_logits, values, returns)
+    diag = diagnostics(target_logits, behaviour_logits, values, seen)
     stats = torch.cat([terms.detach(), diag])
     metrics = dict(zip(METRIC_KEYS, stats.tolist(), strict=True))  # one device sync, not eleven
     return total, metrics, returns

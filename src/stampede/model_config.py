@@ -22,6 +22,8 @@ from typing import Any
 from stampede.config_error import ConfigError
 from stampede.models import ActorCritic
 
+ENV_ARGUMENTS = ("obs_shape", "num_actions", "num_tasks")  # constructor arguments the env gives
+
 
 @dataclass
 class ModelConfig:
@@ -50,14 +52,14 @@ def network_class(target: str) -> type[ActorCritic]:
 
 def model_schema(target: str) -> type[ModelConfig]:
     """The ``model`` schema of the network ``target`` names: its ``_target_``, and one field per
-    constructor argument after obs_shape and num_actions (the env gives those), typed and
+    constructor argument but obs_shape, num_actions and num_tasks (the env gives those), typed and
     defaulted as the signature says, so ``model.<arg>=...`` sets any argument and nothing else.
     Sequences become lists, which Hydra can compose."""
     cls = network_class(target)
     hints = typing.get_type_hints(cls.__init__)
     fields: list[tuple[str, Any, Any]] = [("_target_", str, field(default=target))]
     for name, param in inspect.signature(cls).parameters.items():
-        if name not in ("obs_shape", "num_actions"):
+        if name not in ENV_ARGUMENTS:
             fields.append((name, *_schema_field(hints[name], param.default)))
     schema = make_dataclass(f"{cls.__name__}Config", fields, bases=(ModelConfig,))
     schema.__module__ = __name__  # picklable as stampede.model_config.<Name>Config
@@ -82,8 +84,10 @@ MLPConfig = model_schema("stampede.models.MLP")
 
 
 def model_factory(
-    model: ModelConfig, obs_shape: Sequence[int], num_actions: int
+    model: ModelConfig, obs_shape: Sequence[int], num_actions: int, num_tasks: int = 1
 ) -> Callable[[], ActorCritic]:
-    """A picklable zero-argument constructor for the configured network (used by every process)."""
+    """A picklable zero-argument constructor for the configured network (used by every process);
+    ``num_tasks``: the games of a multi-task run (one baseline output each)."""
     cls = network_class(model._target_)
-    return functools.partial(cls, tuple(obs_shape), num_actions, **model.kwargs())
+    kwargs = model.kwargs() | ({"num_tasks": num_tasks} if num_tasks > 1 else {})
+    return functools.partial(cls, tuple(obs_shape), num_actions, **kwargs)

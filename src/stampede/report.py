@@ -2,6 +2,8 @@
 
 Reads every Atari ``eval.json`` under a sweep directory (``collect``), keeps one result per game
 and seed (``build_table``) and prints the table of ``stampede.hns`` as text, markdown or CSV.
+A multi-task run (one agent for several games, ``env.games``) keeps one result per game in
+``<run>/eval/<game>/eval.json``; its table is the same, marked as one agent.
 
 Usage: `stampede-report <sweep_dir> [--csv PATH] [--markdown PATH]`, or from Python
 `build_table(collect(sweep_dir))`. Bad input (no such directory, no readable Atari-57 result, an
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import math
 import sys
 import warnings
@@ -92,7 +95,18 @@ def build_table(
     for (game, _), result in per_seed.items():
         scores.setdefault(game, []).append(result.mean)
         frames[game] = min(frames.get(game, result.frames), result.frames)
-    return table_from_scores(scores, random_overrides, frames)
+    table = table_from_scores(scores, random_overrides, frames)
+    agents = {r.agent_games for r in per_seed.values()}
+    if len(agents) > 1:
+        warnings.warn(
+            "the table mixes multi-task agents with single-game agents (agent_games "
+            f"{sorted(agents)} in eval.json); report them from separate directories",
+            ReportWarning,
+            stacklevel=2,
+        )
+    elif agents and max(agents) > 1:
+        table = dataclasses.replace(table, multitask_games=max(agents))
+    return table
 
 
 # ----------------------------------------------------------------------------------- output
@@ -124,7 +138,15 @@ def _cells(row: GameRow) -> tuple[str, ...]:
 def summary_lines(table: Table) -> list[str]:
     """Aggregate lines shared by the text and markdown outputs."""
     games = f"{table.n_games} of 57"
-    lines = [
+    lines = (
+        [
+            f"one agent: a single multi-task agent trained on {table.multitask_games} games "
+            "played every row (frames: all its games together)"
+        ]
+        if table.multitask_games
+        else []
+    )
+    lines += [
         f"games present: {games}; beat the paper on {table.n_beat_paper} of {table.n_games}",
         f"median HNS: {100 * table.median_hns:.1f}%  (paper, same games: "
         f"{100 * table.paper_median_hns:.1f}%)",

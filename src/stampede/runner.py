@@ -29,11 +29,13 @@ from stampede.batch_feed import BatchFeed
 from stampede.buffers import RolloutBuffers, rollout_spec
 from stampede.config import Config, usable_cpus
 from stampede.envs import env_spec
+from stampede.envs.settings import env_tasks
 from stampede.learner import Learner
 from stampede.logging import MetricLogger
 from stampede.model_config import model_factory
 from stampede.models import ActorCritic
 from stampede.pool import ActorPool
+from stampede.popart import PopArt
 from stampede.timing import LEARNER_STAGES, fractions
 from stampede.train_metrics import Window, run_logger
 
@@ -71,11 +73,28 @@ class Trainer:
         self.device = distributed.device_for(self.rank, cfg.torch_device)
         torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
         self.spec = env_spec(**dataclasses.asdict(cfg.env))
-        self.make_model = model_factory(cfg.model, self.spec.obs_shape, self.spec.num_actions)
+        self.tasks = cfg.env.tasks  # the games of a multi-task run; else the one game
+        r = cfg.runtime
+        slots = r.actors * r.envs_per_actor * self.rank.world_size
+        # The task of every env slot of the run (all ranks); fails here if a game gets none.
+        self.slot_tasks = env_tasks(len(self.tasks), slots) if cfg.env.games else None
+        self.make_model = model_factory(
+            cfg.model, self.spec.obs_shape, self.spec.num_actions, len(self.tasks)
+        )
         self.model: ActorCritic = self.make_model().to(self.device)
         reduce = distributed.average_gradients if self.rank.distributed else None
+        popart = None
+        if cfg.vtrace.popart:
+            sum_ranks = distributed.all_reduce_sum if self.rank.distributed else None
+            popart = PopArt(len(self.tasks), cfg.vtrace.popart_step_size, all_reduce=sum_ranks)
+            popart.to(self.device)
         self.learner = Learner(
-            self.model, cfg.vtrace, cfg.optim, cfg.total_frames, reduce_gradients=reduce
+            self.model,
+            cfg.vtrace,
+            cfg.optim,
+            cfg.total_frames,
+            reduce_gradients=reduce,
+            popart=popart,
         )
         self._loop_started = time.monotonic()
         self.stop_signal: int | None = None
@@ -83,7 +102,7 @@ class Trainer:
         if self.rank.is_main:
             checkpoint_state.prepare(run_dir, cfg, self.model)
         self.progress = checkpoint_state.resume(
-            run_dir, cfg, self.spec, self.model, self.learner.optimizer
+            run_dir, cfg, self.spec, self.model, self.learner.optimizer, popart
         )
         if self.rank.distributed:
             distributed.broadcast_model(self.model)
@@ -104,8 +123,10 @@ class Trainer:
         if not self.rank.is_main:
             return None
         progress = dataclasses.replace(self.progress, train_s=self.elapsed_s)
-        model, optimizer = self.model, self.learner.optimizer
-        return checkpoint_state.save(self.run_dir, self.cfg, self.spec, model, optimizer, progress)
+        model, optimizer, popart = self.model, self.learner.optimizer, self.learner.popart
+        return checkpoint_state.save(
+            self.run_dir, self.cfg, self.spec, model, optimizer, progress, popart
+        )
 
     # -------------------------------------------------------------------- processes
 
@@ -143,6 +164,7 @@ class Trainer:
                 env_kwargs=env_kwargs,
                 device=str(self.device),
                 threads=r.actor_threads,
+                tasks=self._actor_tasks(i),
             )
             for i in range(r.actors)
         ]
@@ -158,6 +180,14 @@ class Trainer:
         )
         pool.start()
         return pool
+
+    def _actor_tasks(self, actor_id: int) -> tuple[int, ...]:
+        """The task of each env of actor ``actor_id`` of this rank (() in a single-game run)."""
+        if self.slot_tasks is None:
+            return ()
+        E = self.cfg.runtime.envs_per_actor
+        first = (self.rank.rank * self.cfg.runtime.actors + actor_id) * E
+        return tuple(self.slot_tasks[first : first + E])
 
     # ------------------------------------------------------------------------ train
 
@@ -221,7 +251,7 @@ class Trainer:
         clock = self.learner.clock
         clock.lap()  # the time budget starts with the loop
         self._loop_started = time.monotonic()
-        scale = (self.spec.frames_per_step, self.rank.world_size)
+        scale = (self.spec.frames_per_step, self.rank.world_size, self._games)
         window = Window(progress.frames, *scale)
         last_checkpoint = time.monotonic()
         while True:  # every statement of an iteration is inside a stage of the time budget
@@ -237,7 +267,8 @@ class Trainer:
                 self._after_update(batch, metrics, window, logger)
                 if window.age_s >= cfg.logger.interval_s or progress.frames >= cfg.total_frames:
                     logger.write(
-                        window.line(progress.frames, progress.updates)
+                        window.line(progress.frames, progress.updates, progress.task_frames)
+                        | self._popart_metrics()
                         | {
                             "actors/restarts": pool.restarts,
                             "learner/skipped_updates": self.learner.skipped,
@@ -263,6 +294,8 @@ class Trainer:
         """Count the update, stop on a run of non-finite updates, add it to the window."""
         self.progress.frames += self.frames_per_update
         self.progress.updates += 1
+        if self._games:
+            self._count_task_frames(batch["task"][0])
         limit = self.cfg.runtime.max_nonfinite_updates
         if self.learner.consecutive_skips >= limit:
             raise NumericalFailure(
@@ -273,7 +306,38 @@ class Trainer:
         lag = self.progress.updates - 1 - batch["policy_version"].double().mean()
         metrics["learner/policy_lag"] = float(lag)
         window.add(metrics, batch)
-        logger.write_episodes(self.progress.frames, self.elapsed_s, *window.new_episodes)
+        returns, lengths, tasks = window.new_episodes
+        games = None
+        if self._games:
+            games = [(self._games[t], self.progress.task_frames[t]) for t in tasks]
+        logger.write_episodes(self.progress.frames, self.elapsed_s, returns, lengths, games)
+
+    @property
+    def _games(self) -> tuple[str, ...]:
+        """A multi-task run's games in task order; () for a single game."""
+        return self.tasks if self.cfg.env.games else ()
+
+    def _count_task_frames(self, task: torch.Tensor) -> None:
+        """Add the frames of this update to each game's count: ``task`` [B] is the task of each
+        trajectory of this rank's batch (summed over the ranks in a distributed run)."""
+        steps = self.cfg.runtime.unroll_length * self.spec.frames_per_step
+        counts = torch.bincount(task, minlength=len(self.tasks)).double() * steps  # [K]
+        if self.rank.distributed:
+            distributed.all_reduce_sum(counts)
+        frames = self.progress.task_frames or [0] * len(self.tasks)
+        added = zip(frames, counts.tolist(), strict=True)
+        self.progress.task_frames = [f + int(c) for f, c in added]
+
+    def _popart_metrics(self) -> dict[str, float]:
+        """``popart/<game>/mu`` and ``popart/<game>/sigma``: each task's target statistics."""
+        popart = self.learner.popart
+        if popart is None:
+            return {}
+        metrics = {}
+        for task, game in enumerate(self.tasks):
+            metrics[f"popart/{game}/mu"] = float(popart.mu[task])
+            metrics[f"popart/{game}/sigma"] = float(popart.sigma[task])
+        return metrics
 
     def _evaluate(self, path: Path | None, logger: MetricLogger) -> None:
         """Evaluate the learner's policy with ``cfg.eval`` (rank 0): eval.json in the run dir,

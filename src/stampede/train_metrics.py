@@ -4,7 +4,9 @@ between two log lines (``Window``). ``stampede.logging`` writes what they give t
 A line averages the updates of its interval (``loss/*``, ``vtrace/*``, ``learner/*``), gives the
 throughput (``perf/*``), the actors' time budget (``time/actor/*``) and the games that ended in
 it (``env/episode_return``, ``env/episode_length``); every finished game also gets its own line in
-``episodes.jsonl``. Key names: see the README.
+``episodes.jsonl``. A multi-task run adds, for each game, ``env/<game>/episode_return``,
+``env/<game>/episode_length``, ``env/<game>/episodes`` and ``env/<game>/frames`` (the frames
+the learner has consumed from that game). Key names: see the README.
 """
 
 from __future__ import annotations
@@ -51,18 +53,23 @@ class Window:
 
     ``frames``: the run's frames when the window opens; ``frames_per_step`` (frame skip) and
     ``world_size`` (ranks) turn its frames per second into agent steps and frames per rank.
+    ``games``: a multi-task run's games in task order (per-game metrics); () for one game.
     """
 
-    def __init__(self, frames: int, frames_per_step: int, world_size: int) -> None:
+    def __init__(
+        self, frames: int, frames_per_step: int, world_size: int, games: tuple[str, ...] = ()
+    ) -> None:
         self.started, self.frames = time.monotonic(), frames
         self.frames_per_step, self.world_size = frames_per_step, world_size
         self.sums: dict[str, float] = defaultdict(float)
         self.counts: dict[str, int] = defaultdict(int)
         self.skipped = 0  # updates skipped for a non-finite loss or gradient in this interval
         self.actor_time = np.zeros(len(ACTOR_STAGES) + 1)  # seconds per stage, then wall
+        self.games = games
         self.returns: list[float] = []
         self.lengths: list[int] = []
-        self.new_episodes: tuple[list[float], list[int]] = ([], [])
+        self.tasks: list[int] = []  # the task of each game that ended
+        self.new_episodes: tuple[list[float], list[int], list[int]] = ([], [], [])
 
     @property
     def age_s(self) -> float:
@@ -83,12 +90,17 @@ class Window:
         ended = batch["episode_return"][1:].isfinite()
         returns = batch["episode_return"][1:][ended].tolist()
         lengths = batch["episode_length"][1:][ended].tolist()
+        tasks = batch["task"][1:][ended].tolist() if self.games else [0] * len(returns)
         self.returns += returns
         self.lengths += lengths
-        self.new_episodes = (returns, lengths)
+        self.tasks += tasks
+        self.new_episodes = (returns, lengths, tasks)
 
-    def line(self, frames: int, updates: int) -> dict[str, float | int]:
-        """The interval's log line, at ``frames`` and ``updates`` since the run started."""
+    def line(
+        self, frames: int, updates: int, task_frames: list[int] | None = None
+    ) -> dict[str, float | int]:
+        """The interval's log line, at ``frames`` and ``updates`` since the run started (and
+        ``task_frames``, each game's frames so far, in a multi-task run)."""
         fps = (frames - self.frames) / max(self.age_s, 1e-9)
         line: dict[str, float | int] = {k: v / self.counts[k] for k, v in self.sums.items()}
         line["learner/skipped_in_interval"] = self.skipped
@@ -104,4 +116,22 @@ class Window:
             line["env/episode_return"] = sum(self.returns) / len(self.returns)
             line["env/episode_length"] = sum(self.lengths) / len(self.lengths)
             line["env/episodes"] = len(self.returns)
+        for task, game in enumerate(self.games):
+            line |= _game_metrics(game, task, self.tasks, self.returns, self.lengths)
+            if task_frames:
+                line[f"env/{game}/frames"] = task_frames[task]
         return line
+
+
+def _game_metrics(
+    game: str, task: int, tasks: list[int], returns: list[float], lengths: list[int]
+) -> dict[str, float | int]:
+    """``env/<game>/*`` of the games of ``task`` among those that ended (none: no keys)."""
+    mine = [i for i, t in enumerate(tasks) if t == task]
+    if not mine:
+        return {}
+    return {
+        f"env/{game}/episode_return": sum(returns[i] for i in mine) / len(mine),
+        f"env/{game}/episode_length": sum(lengths[i] for i in mine) / len(mine),
+        f"env/{game}/episodes": len(mine),
+    }

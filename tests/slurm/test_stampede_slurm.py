@@ -91,6 +91,47 @@ def test_two_ranks_under_slurm_hold_identical_parameters(slurm: LocalSlurm, tmp_
     _assert_rank0_wrote_alone(run_dir, submitit_logs(sweep))
 
 
+def test_multitask_popart_job_with_two_ranks_under_slurm(slurm: LocalSlurm, tmp_path: Path) -> None:
+    """The multi-task command with infra=slurm and two learner ranks: rank 0's envs play Pong,
+    rank 1's Breakout; PopArt's statistics and the per-game frames are summed over the ranks, so
+    both ranks end with identical parameters and the counts cover both games."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "--multirun",
+            "infra=slurm",
+            "env.games=[pong,breakout]",
+            "env.full_action_space=true",
+            "vtrace.popart=true",
+            "runtime.num_actors=1",
+            "runtime.envs_per_actor=2",
+            "runtime.batch_size=4",
+            "runtime.unroll_length=10",
+            "total_frames=8000",
+            "logger.interval_s=1",
+            "logger.wandb.mode=disabled",
+            "hydra.launcher.cpus_per_task=1",
+            "hydra.launcher.tasks_per_node=2",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run_dir] = job_dirs(sweep)
+    found = DIGEST.findall(submitit_logs(sweep))
+    assert sorted(int(rank) for rank, *_ in found) == [0, 1], found
+    assert len({tuple(f[1:]) for f in found}) == 1, found
+    last = [row for row in read_metrics(run_dir) if "perf/fps" in row][-1]
+    assert last["env/pong/frames"] + last["env/breakout/frames"] == last["env/frames"]
+    assert last["env/pong/frames"] == last["env/breakout/frames"]  # one game per rank
+    assert last["popart/breakout/sigma"] != 1.0
+
+
 def test_torchrun_two_ranks_hold_identical_parameters(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.run(

@@ -8,10 +8,13 @@ gym id) before any process starts.
 from __future__ import annotations
 
 import importlib.util
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
-from stampede.envs.settings import EnvSettings, env_settings
+from stampede.envs.settings import EnvSettings, env_settings, env_tasks
 from stampede.envs.spec import EnvError, EnvSpec, VecEnv
+from stampede.envs.tasks import TaskVecEnv
 from stampede.envs.vector import (
     AleVectorEnv,
     AtariVecEnv,
@@ -55,15 +58,41 @@ def resolve_backend(settings: EnvSettings, num_envs: int = 8) -> str:
     return settings.backend
 
 
-def make_vec_env(num_envs: int, seed: int, **fields: Any) -> VecEnv:
+def make_vec_env(
+    num_envs: int, seed: int, tasks: Sequence[int] | None = None, **fields: Any
+) -> VecEnv:
     """A vector of ``num_envs`` environments; call ``reset(seed)`` before stepping it.
 
     ``fields`` are those of ``EnvSettings`` (the keys of ``cfg.env``; omitted ones take their
     defaults). kind="atari": the ALE game with the DQN Nature preprocessing, obs uint8
     [frame_stack, screen_size, screen_size]. kind="gym": gymnasium ``gym_id`` as it is.
     ``seed`` seeds the emulators' construction; ``reset(seed)`` seeds the episodes.
+    Multi-task settings (``env.games``): env i plays game ``tasks[i]`` (by default the games
+    share the vector as ``env_tasks`` shares a run's slots); the result is a ``TaskVecEnv``.
     """
     settings = env_settings(fields)
+    if settings.games:
+        tasks = list(tasks) if tasks is not None else env_tasks(len(settings.games), num_envs)
+        return _task_vector(settings, tasks, seed)
+    return _single_game_vector(settings, num_envs, seed)
+
+
+def _task_vector(settings: EnvSettings, tasks: list[int], seed: int) -> TaskVecEnv:
+    """One vector per run of equal tasks, concatenated; env i keeps the seed ``seed + i``."""
+    if not tasks or min(tasks) < 0 or max(tasks) >= len(settings.games):
+        raise EnvError(
+            f"tasks must be {len(settings.games)} game indices in [0, {len(settings.games)}) "
+            f"(one per env), got {tasks}"
+        )
+    parts, offset = [], 0
+    for task, run in itertools.groupby(tasks):
+        size = len(list(run))
+        parts.append(_single_game_vector(settings.task(task), size, seed + offset))
+        offset += size
+    return TaskVecEnv(parts, tasks)
+
+
+def _single_game_vector(settings: EnvSettings, num_envs: int, seed: int) -> VecEnv:
     chosen = resolve_backend(settings, num_envs)
     if settings.kind == "gym":
         return GymVecEnv(num_envs, settings.gym_id)
@@ -75,9 +104,10 @@ def make_vec_env(num_envs: int, seed: int, **fields: Any) -> VecEnv:
 def env_spec(**fields: Any) -> EnvSpec:
     """The spec that ``make_vec_env`` with the same keywords gives; builds one env, cheaply.
 
-    A bad kind, backend, game, gym id or Atari setting raises EnvError here.
+    A bad kind, backend, game, gym id or Atari setting raises EnvError here. A multi-task run's
+    spec is its first game's: with the full action set every Atari game gives the same.
     """
-    settings = env_settings(fields)
+    settings = env_settings(fields).task(0)
     resolve_backend(settings)
     if settings.kind == "gym":
         env = make_gym(settings.gym_id)

@@ -1,7 +1,8 @@
 """The two Atari networks of IMPALA (Espeholt et al. 2018, arXiv 1802.01561, Fig. 3), and the
 DQN network (Mnih et al. 2015) that PPO and MonoBeast use.
 
-All take channel-first image stacks [C, H, W] (e.g. 4 grey 84x84 frames, uint8) and end in
+``num_tasks`` (multi-task runs) is the number of baseline outputs (`ActorCritic`). All take
+channel-first image stacks [C, H, W] (e.g. 4 grey 84x84 frames, uint8) and end in
 a ReLU'd FC layer of `hidden_size` units (256 in the IMPALA paper, 512 in the DQN network) that
 feeds the shared core of `ActorCritic`. The optional LSTM has `lstm_size` units, by default
 `hidden_size` (256, as in the paper).
@@ -101,10 +102,11 @@ class AtariNet(ActorCritic):
         use_lstm: bool = False,
         hidden_size: int = 256,
         lstm_size: int | None = None,
+        num_tasks: int = 1,
     ) -> None:
         shape, torso = _conv_torso("AtariNet", obs_shape, _SHALLOW_CONVS, hidden_size)
         lstm = hidden_size if lstm_size is None else lstm_size
-        super().__init__(shape, num_actions, torso, hidden_size, use_lstm, lstm)
+        super().__init__(shape, num_actions, torso, hidden_size, use_lstm, lstm, num_tasks)
 
 
 class NatureNet(ActorCritic):
@@ -124,10 +126,11 @@ class NatureNet(ActorCritic):
         use_lstm: bool = False,
         hidden_size: int = 512,
         lstm_size: int | None = None,
+        num_tasks: int = 1,
     ) -> None:
         shape, torso = _conv_torso("NatureNet", obs_shape, _NATURE_CONVS, hidden_size)
         lstm = hidden_size if lstm_size is None else lstm_size
-        super().__init__(shape, num_actions, torso, hidden_size, use_lstm, lstm)
+        super().__init__(shape, num_actions, torso, hidden_size, use_lstm, lstm, num_tasks)
 
 
 class ResidualBlock(nn.Module):
@@ -171,6 +174,7 @@ class ResNet(ActorCritic):
         channels: Sequence[int] = (16, 32, 32),
         num_blocks: int = 2,
         lstm_size: int | None = None,
+        num_tasks: int = 1,
     ) -> None:
         C, H, W = _check_image_shape("ResNet", obs_shape)
         widths = tuple(int(c) for c in channels)
@@ -194,7 +198,7 @@ class ResNet(ActorCritic):
             nn.ReLU(),
         )
         lstm = hidden_size if lstm_size is None else lstm_size
-        super().__init__((C, H, W), num_actions, torso, hidden_size, use_lstm, lstm)
+        super().__init__((C, H, W), num_actions, torso, hidden_size, use_lstm, lstm, num_tasks)
 
     def _init_weights(self) -> None:
         """As `ActorCritic`'s, but the last convolution of each residual branch starts small

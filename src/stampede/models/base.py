@@ -6,6 +6,10 @@ policy head (logits over actions) and a baseline head (V(x)). Subclasses supply 
 torso; everything after it lives here, so the shallow, deep and MLP networks share one
 core and one set of heads.
 
+Multi-task networks (``num_tasks > 1``, one agent for several games) have one baseline output
+per task, as in PopArt-IMPALA (Hessel et al. 2019, arXiv 1809.04474): each game's values live on
+their own scale, and ``forward`` returns the value of each step's own task.
+
 Time-major throughout: every input and output is [T, B, ...].
 """
 
@@ -25,7 +29,7 @@ class ModelOutput(NamedTuple):
     """What one forward pass returns.
 
     policy_logits: [T, B, A] unnormalised log-probabilities.
-    baseline:      [T, B] value estimates V(x_t).
+    baseline:      [T, B] value estimates V(x_t) (of each step's task in multi-task networks).
     core_state:    () without LSTM, else (h, c), each [1, B, lstm_size], the state after
                    the last step (feed it back in for the next unroll).
     """
@@ -65,11 +69,14 @@ class ActorCritic(nn.Module):
         torso_size: int,
         use_lstm: bool = False,
         lstm_size: int = 256,
+        num_tasks: int = 1,
     ) -> None:
         super().__init__()
-        check_positive(type(self).__name__, num_actions=num_actions, lstm_size=lstm_size)
+        name = type(self).__name__
+        check_positive(name, num_actions=num_actions, lstm_size=lstm_size, num_tasks=num_tasks)
         self.obs_shape = as_shape(obs_shape)
         self.num_actions = int(num_actions)
+        self.num_tasks = int(num_tasks)
         self.use_lstm = bool(use_lstm)
         self.lstm_size = int(lstm_size)
         self.torso = torso
@@ -78,7 +85,7 @@ class ActorCritic(nn.Module):
         self.core: nn.LSTM | None = nn.LSTM(core_in, self.lstm_size) if self.use_lstm else None
         core_out = self.lstm_size if self.use_lstm else core_in
         self.policy = nn.Linear(core_out, self.num_actions)
-        self.baseline = nn.Linear(core_out, 1)
+        self.baseline = nn.Linear(core_out, self.num_tasks)  # one value per task
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -118,15 +125,18 @@ class ActorCritic(nn.Module):
         reward: Tensor,
         done: Tensor,
         core_state: CoreState = (),
+        task: Tensor | None = None,
     ) -> ModelOutput:
         """Run T steps for B environments.
 
         obs [T, B, *obs_shape] (uint8 scaled by 1/255, or float), last_action [T, B] int,
         reward [T, B] float (already clipped), done [T, B] bool where done[t] means obs[t]
         starts a new episode, so the LSTM state is zeroed before step t. core_state is the
-        state before step 0 (() means zeros).
+        state before step 0 (() means zeros). task [T, B] int: the task of each step, which
+        picks its baseline output (needed when ``num_tasks > 1``; ignored otherwise).
         """
         T, B = self._check_inputs(obs, last_action, reward, done, core_state)
+        self._check_task(task, T, B)
         core_in = self._core_input(obs, last_action, reward)  # [T*B, F]
         new_state: CoreState = ()
         if self.core is None:
@@ -137,8 +147,27 @@ class ActorCritic(nn.Module):
             lstm_out, new_state = self._unroll(core_in.view(T, B, -1), done, state)
             core_out = lstm_out.reshape(T * B, self.lstm_size)
         logits = self.policy(core_out).view(T, B, self.num_actions)  # [T*B, A] -> [T, B, A]
-        baseline = self.baseline(core_out).view(T, B)  # [T*B, 1] -> [T, B]
+        values = self.baseline(core_out)  # [T*B, num_tasks]
+        if task is not None and self.num_tasks > 1:  # [T*B, K] -> [T*B, 1]: each step's task
+            values = values.gather(1, task.reshape(T * B, 1).to(values.device).long())
+        baseline = values.view(T, B)  # [T*B, 1] -> [T, B]
         return ModelOutput(logits, baseline, new_state)
+
+    def _check_task(self, task: Tensor | None, steps: int, batch: int) -> None:
+        name = type(self).__name__
+        if task is None:
+            if self.num_tasks > 1:
+                raise ValueError(
+                    f"model {name} has {self.num_tasks} baseline outputs (num_tasks="
+                    f"{self.num_tasks}): pass task [T, B], the task id of each step"
+                )
+            return
+        if tuple(task.shape) != (steps, batch) or task.is_floating_point():
+            raise ValueError(
+                f"model {name}: task must be an integer tensor of shape [T, B] = "
+                f"{(steps, batch)}, "
+                f"got {task.dtype} {tuple(task.shape)}"
+            )
 
     def _core_input(self, obs: Tensor, last_action: Tensor, reward: Tensor) -> Tensor:
         """concat(torso(obs), r_tm1, one_hot(a_tm1)) as [T*B, torso_size + 1 + A]."""

@@ -32,6 +32,7 @@ class MLP(ActorCritic):
         hidden_size: int = 64,
         hidden_sizes: Sequence[int] = (64, 64),
         activation: str = "relu",
+        num_tasks: int = 1,
     ) -> None:
         shape = as_shape(obs_shape)
         if len(shape) != 1:
@@ -52,7 +53,7 @@ class MLP(ActorCritic):
             layers += [nn.Linear(n_in, n_out), _ACTIVATIONS[activation]()]
         torso = nn.Sequential(*layers)  # empty Sequential is the identity
         torso_size = widths[-1] if widths else shape[0]
-        super().__init__(shape, num_actions, torso, torso_size, use_lstm, hidden_size)
+        super().__init__(shape, num_actions, torso, torso_size, use_lstm, hidden_size, num_tasks)
 
     def _init_weights(self) -> None:
         """PyTorch's default init for the torso and the baseline head (small vector inputs keep

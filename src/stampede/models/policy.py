@@ -43,11 +43,13 @@ def policy_step(
     device: torch.device,
     reward_clip: float,
     greedy: bool = False,
+    task: Tensor | None = None,
 ) -> PolicyStep:
     """a_t for B environments from x_t: obs [B, *obs_shape], last_action a_{t-1} [B], reward
     r_{t-1} [B] (unclipped), done [B] (x_t starts an episode: the model zeroes that environment's
     LSTM state) and the LSTM state before x_t. Inputs on the CPU; the model runs on ``device``.
-    a_t is a sample from the softmax, or its argmax if ``greedy``."""
+    a_t is a sample from the softmax, or its argmax if ``greedy``. ``task`` [B]: each env's task
+    (multi-task networks need it)."""
     # A non-finite reward from a faulty env must not stop the policy; the learner sees the raw
     # value in the rollout and skips that update.
     reward = clip_reward(torch.nan_to_num(reward, nan=0.0), reward_clip)
@@ -58,6 +60,7 @@ def policy_step(
         reward.to(device)[None],
         done.to(device)[None],
         core_state,
+        task=None if task is None else task.to(device)[None],
     )
     action = select_action(out.policy_logits, greedy)[0]  # [1, B] -> [B]
     logits = out.policy_logits[0]  # [1, B, A] -> [B, A]

@@ -44,7 +44,7 @@ format: install ## Format and auto-fix with ruff
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-train: install ## Train the default agent (Pong, shallow net); extra overrides via ARGS="..."
+train: install ## Train the default agent (Pong, DQN network); extra overrides via ARGS="..."
 	$(PY) run.py $(ARGS)
 
 bench: install ## Throughput benchmark: full loop vs env-only and learner-only ceilings

@@ -1,6 +1,7 @@
 """Train or evaluate an IMPALA agent: `python run.py env=breakout model=resnet`.
 
-`mode=train` (the default) trains in Hydra's run directory; `mode=eval checkpoint=<run dir or
+`mode=train` (the default) trains in Hydra's run directory and returns the run's `objective` (a
+sweeper such as Optuna's reads it); `mode=eval checkpoint=<run dir or
 file>` evaluates a stored policy. Bad input (a config, a checkpoint, a busy run directory) exits 2
 with one line on stderr; a run that fails (actors keep failing, updates keep going non-finite)
 logs why and exits 1.
@@ -19,7 +20,7 @@ register_configs()
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
-def main(dict_config) -> None:
+def main(dict_config) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     from stampede.checkpoint import CheckpointError
@@ -36,8 +37,12 @@ def main(dict_config) -> None:
     try:
         if cfg.mode == "eval":
             evaluate_checkpoint(cfg)
-        else:
-            train(cfg, Path(HydraConfig.get().runtime.output_dir))
+            return None
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        train(cfg, run_dir)
+        value = cfg.search_objective.value(run_dir)  # what a sweep (Optuna, PBT) reads
+        logging.getLogger("stampede").info("objective %s = %.4g", cfg.objective, value)
+        return value
     except (ActorFailure, NumericalFailure) as failure:
         logging.getLogger("stampede").error("%s", failure)
         raise SystemExit(1) from None

@@ -248,6 +248,9 @@ BAD_INPUT = [
     (["env=cartpole", "model=shallow"], "model"),
     (["model=mlp"], "model"),
     (["--multirun", "seed=1,2", "env.game=pong,nope"], "env.game"),
+    # a search space for Optuna's sweeper: both ends of the interval are checked
+    (["+experiment=tune_pong", "vtrace.discount=interval(0.9, 1.5)"], "vtrace.discount"),
+    (["objective=env/score"], "objective='env/score'"),
     (["env=gym", "env.gym_id=NoSuchEnv-v9", "model=mlp"], "env.gym_id"),
     (["runtime.num_actors=-1"], "runtime.num_actors"),
     (["runtime.envs_per_actor=-2"], "runtime.envs_per_actor"),

@@ -220,3 +220,25 @@ def test_a_filesystem_without_locks_still_trains_and_says_so(
         pass
     assert "a second run on this directory would not be refused" in caplog.text
     assert os.strerror(errno.ENOLCK) in caplog.text
+
+
+def test_a_resumed_run_takes_the_optimizer_settings_of_its_config(tmp_path: Path) -> None:
+    """The checkpoint gives the optimizer's moments, the command its settings: a run resumed with
+    another optim.eps or optim.lr (a PBT member after explore) trains with the new values."""
+    first = Trainer(
+        load_config(CONF, [*TINY, "optim.eps=1e-5", "optim.betas=[0.9,0.999]"]), tmp_path
+    )
+    for p in first.model.parameters():
+        p.grad = torch.ones_like(p)
+    first.learner.optimizer.step()
+    first.save_checkpoint()
+    moments = [s["exp_avg_sq"].clone() for s in first.learner.optimizer.state.values()]
+    resumed = Trainer(
+        load_config(CONF, [*TINY, "optim.eps=1e-3", "optim.betas=[0.8,0.99]"]), tmp_path
+    )
+    [group] = resumed.learner.optimizer.param_groups
+    assert group["eps"] == 1e-3
+    assert group["betas"] == (0.8, 0.99)
+    again = [s["exp_avg_sq"] for s in resumed.learner.optimizer.state.values()]
+    assert all(torch.equal(a, b) for a, b in zip(moments, again, strict=True))
+    assert len(again) == len(moments) > 0

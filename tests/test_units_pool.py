@@ -64,9 +64,11 @@ def fake_actor(setup: ActorSetup, model, buffers: RolloutBuffers, conn, version)
         conn.send(("full", index))
 
 
-def make_pool(monkeypatch, faults: list[str | None], **limits) -> tuple[ActorPool, RolloutBuffers]:
+def make_pool(
+    monkeypatch, faults: list[str | None], slots: int = 0, **limits
+) -> tuple[ActorPool, RolloutBuffers]:
     monkeypatch.setattr(pool_module, "run_actor", fake_actor)
-    slots = SLOTS_PER_ACTOR * len(faults)
+    slots = slots or SLOTS_PER_ACTOR * len(faults)
     buffers = RolloutBuffers(rollout_spec(ENV, T, E, []), slots)
     setups = [
         ActorSetup(
@@ -176,5 +178,27 @@ def test_a_learner_bound_pool_serves_every_actor(monkeypatch) -> None:
         served = [writer_of_slot.count(mark(i, 0)) for i in range(2)]
         assert min(served) >= 5, f"rollouts the learner got from actors 0 and 1: {served}"
         assert pool.restarts == 0, "a healthy actor was killed as hung"
+    finally:
+        pool.stop()
+
+
+def test_one_actor_fills_a_batch_of_more_slots_than_it_holds(monkeypatch) -> None:
+    """One actor, a batch of 4 slots (batch_size / envs_per_actor) but 2 held at a time: the pool
+    gives the actor a free slot as soon as it hands one in, not when the batch is released, or
+    the learner would wait forever for the third slot."""
+    batch_slots = 2 * SLOTS_PER_ACTOR
+    pool, buffers = make_pool(monkeypatch, [None], slots=SLOTS_PER_ACTOR + batch_slots)
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        pool.start()
+        for _ in range(3):  # three whole batches
+            indices = [
+                pool.next_full_slot(lambda: time.monotonic() > deadline) for _ in range(batch_slots)
+            ]
+            assert None not in indices, f"no full slot within {DEADLINE_S} s"
+            assert len(set(indices)) == batch_slots
+            assert set(writers(buffers.gather(indices, torch.device("cpu")))) == {mark(0, 0)}
+            for index in indices:
+                pool.release(index)
     finally:
         pool.stop()

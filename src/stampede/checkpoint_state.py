@@ -138,9 +138,14 @@ def resume(
     advice = "resume with the same config or use another run directory (hydra.run.dir=...)"
     check_fits(state, fingerprint(cfg, spec), path, advice)
     _check_popart(state, popart, path)
+    # The optimizer's settings (lr, eps, betas, ...) are this run's config, its moments the
+    # checkpoint's: a run resumed with another optim.eps (as PBT does) uses the new value.
+    settings = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        for group, configured in zip(optimizer.param_groups, settings, strict=True):
+            group.update(configured)
         if popart is not None and "popart" in state:
             popart.load_state_dict(state["popart"])
     except (KeyError, RuntimeError, ValueError) as error:

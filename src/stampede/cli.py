@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from stampede import run_lock
 from stampede.compose import load_config, unknown_key
@@ -91,18 +92,27 @@ def _one_job_each(overrides: list[str]) -> list[list[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
+    values = [_sweep_values(o) if o.is_sweep_override() else [] for o in parsed]
     first = [
-        str(o.input_line)
-        if not o.is_sweep_override()
-        else f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
-        for o in parsed
+        f"{o.get_key_element()}={v[0]}" if v else str(o.input_line)
+        for o, v in zip(parsed, values, strict=True)
     ]
     jobs = [first]
     for i, o in enumerate(parsed):
-        if o.is_sweep_override():
-            for value in list(o.sweep_string_iterator())[1:]:
-                jobs.append([*first[:i], f"{o.get_key_element()}={value}", *first[i + 1 :]])
+        for value in values[i][1:]:
+            jobs.append([*first[:i], f"{o.get_key_element()}={value}", *first[i + 1 :]])
     return jobs
+
+
+def _sweep_values(override: Any) -> list[str]:
+    """The values of a sweep to check: each of a choice or range; both ends of an interval (a
+    search space of Optuna's sweeper, ``tag(log, interval(1e-4, 1e-2))``)."""
+    from hydra.core.override_parser.types import IntervalSweep
+
+    sweep = override.value()
+    if isinstance(sweep, IntervalSweep):
+        return [str(sweep.start), str(sweep.end)]
+    return list(override.sweep_string_iterator())
 
 
 def _check_directory(key: str, path: str) -> None:

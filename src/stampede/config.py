@@ -23,6 +23,8 @@ import torch
 from stampede.config_error import ConfigError, positive_int, require
 from stampede.envs import EnvSettings
 from stampede.model_config import ModelConfig, NatureNetConfig
+from stampede.objective import DEFAULT as DEFAULT_OBJECTIVE
+from stampede.objective import Objective
 
 # ------------------------------------------------------------------------------------- vtrace
 
@@ -278,6 +280,7 @@ class Config:
     total_frames: int = 200_000_000  # environment frames, frame skip included
     mode: str = "train"
     checkpoint: str | None = None  # run directory or checkpoint file to evaluate (mode=eval)
+    objective: str = DEFAULT_OBJECTIVE  # what a run returns to a search (stampede.objective)
 
     def __post_init__(self) -> None:
         require(self.device in DEVICES, "device", self.device, f"one of {DEVICES}")
@@ -288,12 +291,18 @@ class Config:
         require(self.seed >= 0, "seed", self.seed, ">= 0")
         if self.mode == "eval" and self.checkpoint is None:
             raise ConfigError("mode=eval needs checkpoint=<run dir or checkpoint file>")
+        self.search_objective  # noqa: B018 (parsing checks the key)
         if self.optim.minibatches > self.runtime.batch_size:
             raise ConfigError(
                 f"optim.minibatches must be <= runtime.batch_size (each minibatch holds whole "
                 f"trajectories), got minibatches={self.optim.minibatches}, "
                 f"batch_size={self.runtime.batch_size}"
             )
+
+    @property
+    def search_objective(self) -> Objective:
+        """The ``objective`` this run returns to Optuna or PBT (``stampede.objective``)."""
+        return Objective.parse(self.objective, list(self.env.games), self.eval.at_end)
 
     @property
     def torch_device(self) -> torch.device:

@@ -50,16 +50,24 @@ def from_run(run_dir: str | Path, window: int = WINDOW, game: str | None = None)
     """The learning curve of a run directory, from its ``episodes.jsonl`` (the games of the
     history it kept across restarts: `stampede.analysis.surviving_rows`); with ``game``, that
     game's curve in a multi-task run, against the frames of that game alone."""
+    frames, elapsed, returns = episodes(run_dir, game)
+    mean = smooth(returns, window) if len(returns) else returns
+    games = np.arange(1, len(returns) + 1)
+    mean[games < window] = math.nan  # a mean over fewer games is not the benchmark's figure
+    return LearningCurve(frames, elapsed, games, mean, window)
+
+
+def episodes(run_dir: str | Path, game: str | None = None) -> tuple[np.ndarray, ...]:
+    """(frames [N], training seconds [N], returns [N]) of the run's finished games, in order, of
+    the history it kept across restarts; with ``game``, that game's games of a multi-task run
+    against the frames of that game alone."""
     prefix = f"env/{game}" if game else "env"
     rows = _jsonl(Path(run_dir) / EPISODES_FILE)
     rows = [r for r in surviving_rows(rows) if f"{prefix}/episode_return" in r]
     frames = np.array([r[f"{prefix}/frames"] for r in rows], dtype=np.float64)
     elapsed = np.array([r.get("time/elapsed_s", math.nan) for r in rows], dtype=np.float64)
     returns = np.array([r[f"{prefix}/episode_return"] for r in rows], dtype=np.float64)
-    mean = smooth(returns, window) if len(returns) else returns
-    games = np.arange(1, len(returns) + 1)
-    mean[games < window] = math.nan  # a mean over fewer games is not the benchmark's figure
-    return LearningCurve(frames, elapsed, games, mean, window)
+    return frames, elapsed, returns
 
 
 @dataclasses.dataclass(frozen=True)

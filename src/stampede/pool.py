@@ -124,6 +124,10 @@ class ActorPool:
                     continue
                 actor.assigned.remove(payload)
                 actor.since = time.monotonic()
+                # Refill now, not at release: a batch of more slots than the actors hold at
+                # once (one actor, batch_size / envs_per_actor > SLOTS_PER_ACTOR) would wait
+                # forever for slots the actors were never given.
+                self._hand_out()
                 return int(payload)
         return None
 

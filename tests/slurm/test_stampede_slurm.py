@@ -221,3 +221,66 @@ def test_preempted_job_requeues_and_resumes(slurm: LocalSlurm, tmp_path: Path) -
         run_id.strip()
     }
     print(json.dumps({"requeue_to_finish_s": round(time.monotonic() - preempted_at, 1)}))
+
+
+def test_pbt_members_as_slurm_jobs_survive_a_preemption(slurm: LocalSlurm, tmp_path: Path) -> None:
+    """`+experiment=pbt_pong infra=slurm` with 2 members: each round is a 2-job array; member 0's
+    job is preempted (USR2) in the first round, requeues, resumes from its checkpoint, and the
+    controller waits for it; the population finishes both rounds with its lineage intact."""
+    sweep = tmp_path / "pbt"
+    controller = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "+experiment=pbt_pong",
+            "infra=slurm",
+            *TINY,
+            "hydra.sweeper.members=2",
+            "hydra.sweeper.interval_frames=20000",
+            "total_frames=40000",
+            "logger.wandb.mode=offline",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+    )
+    member0 = sweep / "member_0"
+    try:
+        deadline = time.monotonic() + 120
+        while len(read_metrics(member0)) < 3:
+            assert time.monotonic() < deadline, "member 0 never started training"
+            assert controller.poll() is None, controller.communicate()[0][-3000:]
+            time.sleep(0.5)
+        jobs = run_cmd(["squeue", "-h", "-o", "%i"]).stdout.split()
+        [job_id] = [j for j in jobs if j.endswith("_0")]  # array task 0: member 0
+        slurm.track(job_id)
+        before = read_metrics(member0)
+        assert before[-1]["env/frames"] < 20000, "the round ended before the preemption"
+        assert run_cmd(["scancel", "--signal=USR2", job_id]).returncode == 0
+        out, _ = controller.communicate(timeout=300)
+    finally:
+        controller.kill()
+    assert controller.returncode == 0, out[-3000:]
+    logs = submitit_logs(sweep)
+    assert "Requeued job" in logs
+    log = (member0 / "run.log").read_text()
+    resumed = re.search(r"resumed from .*ckpt_(\d+)\.pt: frames=(\d+)", log)
+    assert resumed, log[-3000:]
+    assert 0 < int(resumed.group(2)) < 20000  # mid-round: from the checkpoint the preemption wrote
+    frames = [row["env/frames"] for row in read_metrics(member0)]
+    assert frames == sorted(set(frames)), "duplicate or out-of-order metric steps"
+    assert frames[-1] >= 40000
+    lineage = [
+        json.loads(line) for line in (sweep / "pbt" / "lineage.jsonl").read_text().splitlines()
+    ]
+    assert [(r["round"], r["member"]) for r in lineage] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(r["frames"] >= 20000 * (r["round"] + 1) for r in lineage)
+    [exploit] = [r for r in lineage if r["copied_from"] is not None]
+    assert exploit["round"] == 0
+    assert exploit["copied_from"] == 1 - exploit["member"]
+    state = json.loads((sweep / "pbt" / "state.json").read_text())
+    assert state["round"] == 2
+    assert state["lineage"] == lineage
+    assert state["pending"] is None

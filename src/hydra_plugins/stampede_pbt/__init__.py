@@ -1,0 +1,1 @@
+"""Stampede's population-based training as a Hydra sweeper: ``hydra/sweeper=pbt``."""

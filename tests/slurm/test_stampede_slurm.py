@@ -269,9 +269,12 @@ def test_pbt_members_as_slurm_jobs_survive_a_preemption(slurm: LocalSlurm, tmp_p
     resumed = re.search(r"resumed from .*ckpt_(\d+)\.pt: frames=(\d+)", log)
     assert resumed, log[-3000:]
     assert 0 < int(resumed.group(2)) < 20000  # mid-round: from the checkpoint the preemption wrote
-    frames = [row["env/frames"] for row in read_metrics(member0)]
+    rows = read_metrics(member0)
+    frames = [row["env/frames"] for row in rows if "perf/fps" in row]  # training lines
     assert frames == sorted(set(frames)), "duplicate or out-of-order metric steps"
     assert frames[-1] >= 40000
+    # eval.at_end (the experiment's): once, when the population finished
+    assert [row["env/frames"] >= 40000 for row in rows if "eval/episode_return" in row] == [True]
     lineage = [
         json.loads(line) for line in (sweep / "pbt" / "lineage.jsonl").read_text().splitlines()
     ]

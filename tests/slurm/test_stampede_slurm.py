@@ -287,3 +287,36 @@ def test_pbt_members_as_slurm_jobs_survive_a_preemption(slurm: LocalSlurm, tmp_p
     assert state["round"] == 2
     assert state["lineage"] == lineage
     assert state["pending"] is None
+
+
+def test_optuna_trials_as_slurm_jobs(slurm: LocalSlurm, tmp_path: Path) -> None:
+    """`+experiment=tune_pong infra=slurm`: the trials are SLURM jobs (a 2-job array per batch);
+    each returns its objective through submitit to the sweeper, which stores it in the study."""
+    optuna = pytest.importorskip("optuna")
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "+experiment=tune_pong",
+            "infra=slurm",
+            *TINY,
+            "total_frames=8000",
+            "eval.at_end=false",
+            "logger.wandb.mode=disabled",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=2",
+            f"hydra.sweeper.storage={storage}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="tune_pong", storage=storage)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    logged = re.findall(r"objective env/episode_return = (\S+)", submitit_logs(tmp_path / "sweep"))
+    assert sorted(float(v) for v in logged) == pytest.approx(sorted(t.value for t in study.trials))
+    assert "Best parameters:" in proc.stdout + proc.stderr

@@ -84,6 +84,20 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.name, reverse=True)
 
 
+def frames_of(path: Path) -> int:
+    """The frames in a checkpoint file's name (``ckpt_<frames>.pt``)."""
+    match = _NAME.match(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path}: not a checkpoint file name (ckpt_<12 digits>.pt)")
+    return int(match.group(1))
+
+
+def delete(path: Path) -> None:
+    """Remove a checkpoint file and its checksum file."""
+    path.unlink(missing_ok=True)
+    path.with_suffix(".sha256").unlink(missing_ok=True)
+
+
 def save(directory: Path, frames: int, state: dict[str, Any], keep: int) -> Path:
     """Write ``state`` as ``ckpt_<frames>.pt`` with its checksum, then keep the newest ``keep``
     verifiable checkpoints.
@@ -120,8 +134,7 @@ def _prune(directory: Path, keep: int) -> None:
     whose checkpoint is gone. Checkpoints that do not verify are left for a person to look at."""
     verified = [p for p in list_checkpoints(directory) if _verifies(p)]
     for old in verified[keep:]:
-        old.unlink(missing_ok=True)
-        old.with_suffix(".sha256").unlink(missing_ok=True)
+        delete(old)
     for sidecar in directory.glob("ckpt_*.sha256"):
         if not sidecar.with_suffix(".pt").exists():
             sidecar.unlink(missing_ok=True)

@@ -140,7 +140,7 @@ class Population:
     round: int
     params: list[dict[str, float]]
     lineage: list[dict[str, Any]]
-    pending: list[dict[str, Any]] | None = None
+    pending: dict[str, Any] | None = None  # {"scores": [...], "exploits": [...]}
     wandb_id: str | None = None
 
     @classmethod
@@ -247,7 +247,7 @@ def explore(
 def trained_frames(run_dir: Path) -> int:
     """The frames of the run's newest checkpoint (0: none yet)."""
     found = checkpoint.list_checkpoints(checkpoint.checkpoint_dir(run_dir))
-    return int(found[0].stem.split("_")[1]) if found else 0
+    return checkpoint.frames_of(found[0]) if found else 0
 
 
 def copy_checkpoint(donor_dir: Path, member_dir: Path) -> dict[str, Any]:
@@ -264,8 +264,7 @@ def copy_checkpoint(donor_dir: Path, member_dir: Path) -> dict[str, Any]:
         os.replace(tmp, target_dir / name)
     for old in checkpoint.list_checkpoints(target_dir):
         if old != target:
-            old.unlink(missing_ok=True)
-            old.with_suffix(".sha256").unlink(missing_ok=True)
+            checkpoint.delete(old)
     home = Path(member_dir).parent  # paths relative to the sweep directory: it may move
     return {
         "donor_checkpoint": str(source.relative_to(home)),

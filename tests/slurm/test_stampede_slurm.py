@@ -294,25 +294,15 @@ def test_optuna_trials_as_slurm_jobs(slurm: LocalSlurm, tmp_path: Path) -> None:
     each returns its objective through submitit to the sweeper, which stores it in the study."""
     optuna = pytest.importorskip("optuna")
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "run.py"),
-            "+experiment=tune_pong",
-            "infra=slurm",
-            *TINY,
-            "total_frames=8000",
-            "eval.at_end=false",
-            "logger.wandb.mode=disabled",
-            "hydra.sweeper.n_trials=2",
-            "hydra.sweeper.n_jobs=2",
-            f"hydra.sweeper.storage={storage}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        cwd=tmp_path,
+    proc = multirun(
+        tmp_path / "sweep",
+        "+experiment=tune_pong",
+        "total_frames=8000",
+        "eval.at_end=false",
+        "logger.wandb.mode=disabled",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2",
+        f"hydra.sweeper.storage={storage}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     study = optuna.load_study(study_name="tune_pong", storage=storage)

@@ -130,14 +130,14 @@ class PBTSweeper(Sweeper):
                 )  # fmt: skip
         last = r + 1 == settings.rounds
         exploits = [] if last else pbt.decide(scores, population.params, settings, r)
-        population.pending = [{"scores": scores, "exploits": exploits}]
+        population.pending = {"scores": scores, "exploits": exploits}
         population.save(sweep_dir)
 
 
 def _finish_round(population: pbt.Population, settings: pbt.Settings, sweep_dir: Path) -> None:
     """Copy the decided checkpoints, write the round's lineage, move to the next round."""
-    assert population.pending is not None
-    [decided] = population.pending
+    decided = population.pending
+    assert decided is not None
     r, scores = population.round, decided["scores"]
     copies = {e["member"]: e for e in decided["exploits"]}
     rows = []
@@ -213,8 +213,9 @@ def _check(cfg: Config, settings: pbt.Settings, arguments: list[str]) -> None:
             "optim.anneal_lr=true: under PBT each round is a run of its own length, so the "
             "schedule would restart every round; set optim.anneal_lr=false (PBT evolves optim.lr)"
         )
+    keys = OmegaConf.structured(cfg)
     for name in settings.params:
-        if OmegaConf.select(OmegaConf.structured(cfg), name, default=None) is None:
+        if OmegaConf.select(keys, name, default=None) is None:
             raise ConfigError(f"hydra.sweeper.params.{name}: no such config key to evolve")
         if any(_key(a) == name for a in arguments):
             raise ConfigError(

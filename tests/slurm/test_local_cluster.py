@@ -19,6 +19,12 @@ from .conftest import SCRIPT, LocalSlurm, run_cmd
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(90)]
 
+# submitit asks for USR2 90 s before the time limit (`--signal=USR2@90`), and SLURM may send it up
+# to 60 s earlier than asked: with a 2-minute limit a task could get USR2 at start, before Python
+# installed submitit's handler, and die of it (seen: "task 1: User defined signal 2"). With 10
+# minutes the signal cannot come before 7 min 30 s, far past these tests.
+JOB_MINUTES = 10
+
 
 def wait_for(predicate: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
@@ -51,7 +57,7 @@ def test_failed_and_cancelled_jobs_report_their_state(slurm: LocalSlurm, tmp_pat
 
 def test_submitit_job_returns_its_value(slurm: LocalSlurm, tmp_path: Path) -> None:
     executor = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm")
-    executor.update_parameters(timeout_min=2, slurm_partition="debug", cpus_per_task=1)
+    executor.update_parameters(timeout_min=JOB_MINUTES, slurm_partition="debug", cpus_per_task=1)
     # The function is pickled by reference, so it must be importable on the node: stdlib is.
     job = executor.submit(math.factorial, 10)
     slurm.track(job.job_id)
@@ -63,7 +69,7 @@ def test_submitit_job_returns_its_value(slurm: LocalSlurm, tmp_path: Path) -> No
 def test_submitit_two_tasks_each_see_their_rank(slurm: LocalSlurm, tmp_path: Path) -> None:
     """A 2-rank job, like a distributed learner: one task per core, ranks 0 and 1."""
     executor = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm")
-    executor.update_parameters(timeout_min=2, tasks_per_node=2, cpus_per_task=1)
+    executor.update_parameters(timeout_min=JOB_MINUTES, tasks_per_node=2, cpus_per_task=1)
     job = executor.submit(os.getenv, "SLURM_PROCID")
     slurm.track(job.job_id)
     wait_for(job.done, f"submitit job {job.job_id}", timeout_s=45)

@@ -29,20 +29,21 @@ TINY = [
     "hydra.launcher.cpus_per_task=1",
 ]
 DIGEST = re.compile(r"rank (\d+)/(\d+) done: updates=(\d+) frames=(\d+) parameter_digest=(\w+)")
+# The runner's line when it resumes from a checkpoint: (checkpoint frames, frames).
+RESUMED = re.compile(r"resumed from .*ckpt_(\d+)\.pt: frames=(\d+)")
+
+
+def slurm_command(sweep_dir: Path, *overrides: str) -> list[str]:
+    """`run.py infra=slurm` with TINY, the overrides and the sweep directory (a sweep needs
+    `--multirun` after them, or an experiment that sets `hydra.mode`)."""
+    run_py = [sys.executable, str(ROOT / "run.py"), "infra=slurm", *TINY, *overrides]
+    return [*run_py, f"hydra.sweep.dir={sweep_dir}"]
 
 
 def multirun(sweep_dir: Path, *overrides: str, timeout: float = 200) -> subprocess.CompletedProcess:
-    """`run.py --multirun infra=slurm ...`: submits, waits for the jobs, returns."""
+    """`run.py infra=slurm ... --multirun`: submits, waits for the jobs, returns."""
     return subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "run.py"),
-            "--multirun",
-            "infra=slurm",
-            *TINY,
-            *overrides,
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
+        [*slurm_command(sweep_dir, *overrides), "--multirun"],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -172,16 +173,7 @@ def _assert_rank0_wrote_alone(run_dir: Path, output: str) -> None:
 def test_preempted_job_requeues_and_resumes(slurm: LocalSlurm, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     launcher = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "run.py"),
-            "--multirun",
-            "infra=slurm",
-            *TINY,
-            "total_frames=30000",
-            "logger.wandb.mode=offline",
-            f"hydra.sweep.dir={sweep}",
-        ],
+        [*slurm_command(sweep, "total_frames=30000", "logger.wandb.mode=offline"), "--multirun"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -205,7 +197,7 @@ def test_preempted_job_requeues_and_resumes(slurm: LocalSlurm, tmp_path: Path) -
     assert launcher.returncode == 0, out[-3000:]
     logs = submitit_logs(sweep)
     assert "Requeued job" in logs
-    resumed = re.search(r"resumed from .*ckpt_(\d+)\.pt: frames=(\d+)", logs)
+    resumed = RESUMED.search(logs)
     assert resumed, logs[-3000:]
     rows = read_metrics(run_dir)
     frames = [row["env/frames"] for row in rows]
@@ -229,18 +221,14 @@ def test_pbt_members_as_slurm_jobs_survive_a_preemption(slurm: LocalSlurm, tmp_p
     controller waits for it; the population finishes both rounds with its lineage intact."""
     sweep = tmp_path / "pbt"
     controller = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "run.py"),
+        slurm_command(
+            sweep,
             "+experiment=pbt_pong",
-            "infra=slurm",
-            *TINY,
             "hydra.sweeper.members=2",
             "hydra.sweeper.interval_frames=20000",
             "total_frames=40000",
             "logger.wandb.mode=offline",
-            f"hydra.sweep.dir={sweep}",
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -266,7 +254,7 @@ def test_pbt_members_as_slurm_jobs_survive_a_preemption(slurm: LocalSlurm, tmp_p
     logs = submitit_logs(sweep)
     assert "Requeued job" in logs
     log = (member0 / "run.log").read_text()
-    resumed = re.search(r"resumed from .*ckpt_(\d+)\.pt: frames=(\d+)", log)
+    resumed = RESUMED.search(log)
     assert resumed, log[-3000:]
     assert 0 < int(resumed.group(2)) < 20000  # mid-round: from the checkpoint the preemption wrote
     rows = read_metrics(member0)

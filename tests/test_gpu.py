@@ -10,12 +10,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from stampede import buffers
+from stampede.buffers import RolloutBuffers, rollout_spec
 from stampede.config import OptimConfig, VTraceConfig
+from stampede.envs import EnvSpec
 from stampede.learner import Learner
 from stampede.models import AtariNet
 
@@ -54,6 +59,83 @@ def test_learner_update_on_cuda_matches_cpu() -> None:
     for a, b in zip(on_cpu, on_cuda, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5)
     assert cuda_metrics["loss/total"] == pytest.approx(cpu_metrics["loss/total"], rel=1e-3)
+
+
+def test_bf16_update_on_cuda_is_close_to_fp32() -> None:
+    def updated(precision: str) -> tuple[AtariNet, dict[str, float]]:
+        torch.manual_seed(0)
+        model = AtariNet((4, 84, 84), A).to("cuda")
+        optim = OptimConfig(name="adam", lr=1e-3, anneal_lr=False)
+        learner = Learner(model, VTraceConfig(), optim, 10_000, precision=precision)
+        return model, learner.update({k: v.cuda() for k, v in _batch().items()}, frames=0)
+
+    (fp32, expected), (bf16, metrics) = updated("fp32"), updated("bf16")
+    assert metrics["loss/total"] == pytest.approx(expected["loss/total"], rel=0.05, abs=0.05)
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())
+    for a, b in zip(fp32.parameters(), bf16.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=0.05, atol=1e-3)
+
+
+def test_a_nonfinite_update_on_cuda_changes_nothing() -> None:
+    """torch Adam keeps its step counts on the CPU for CUDA parameters: put back after the read."""
+    torch.manual_seed(0)
+    model = AtariNet((4, 84, 84), A).to("cuda")
+    optim = OptimConfig(name="adam", lr=1e-3, anneal_lr=False, epochs=2)
+    learner = Learner(model, VTraceConfig(), optim, total_frames=10_000)
+    learner.update({k: v.cuda() for k, v in _batch().items()}, frames=0)
+    state = learner.optimizer.state
+    before = [p.detach().clone() for p in model.parameters()]
+    before_state = [{k: v.clone() for k, v in state[p].items()} for p in model.parameters()]
+    bad = {k: v.cuda() for k, v in _batch().items()}
+    bad["reward"][1, 0] = float("nan")
+    learner.update(bad, frames=0)
+    assert (learner.skipped, learner.last_nonfinite) == (1, "loss/pg is nan")
+    for p, b, s in zip(model.parameters(), before, before_state, strict=True):
+        assert torch.equal(p, b)
+        for k, v in state[p].items():
+            assert torch.equal(v, s[k]), k
+
+
+def _filled_buffers(slots: int, unroll: int, envs: int) -> RolloutBuffers:
+    env = EnvSpec((4, 84, 84), np.dtype(np.uint8), A, 4)
+    bufs = RolloutBuffers(rollout_spec(env, unroll, envs, [(1, envs, 8), (1, envs, 8)]), slots)
+    g = torch.Generator().manual_seed(0)
+    for t in bufs.tensors.values():
+        if t.dtype == torch.bool:
+            t.copy_(torch.rand(t.shape, generator=g) < 0.5)
+        elif t.dtype.is_floating_point:
+            t.copy_(torch.randn(t.shape, generator=g, dtype=t.dtype))
+        else:
+            t.copy_(torch.randint(0, 200, t.shape, generator=g, dtype=t.dtype))
+    return bufs
+
+
+def _assert_same_batch(on_cuda: dict[str, torch.Tensor], on_cpu: dict[str, torch.Tensor]) -> None:
+    assert list(on_cuda) == list(on_cpu)
+    for name, t in on_cpu.items():
+        expected_device = "cpu" if name in buffers.PER_SLOT else "cuda"
+        assert on_cuda[name].device.type == expected_device, name
+        assert on_cuda[name].dtype == t.dtype, name
+        assert torch.equal(on_cuda[name].cpu(), t), name
+
+
+def test_a_cuda_gather_is_the_cpu_gather_of_the_same_slots() -> None:
+    """Through pinned staging and a copy stream: the same batch as on the CPU, also when the
+    staging is reused (the first batch must not change under the second gather) and when the
+    copy is made in another thread and waited for in this one (the batch feed's way)."""
+    bufs = _filled_buffers(slots=6, unroll=5, envs=3)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    first = bufs.gather([4, 1], cuda)
+    second = bufs.gather([0, 5], cuda)
+    _assert_same_batch(first, bufs.gather([4, 1], cpu))
+    _assert_same_batch(second, bufs.gather([0, 5], cpu))
+    made = []
+    thread = threading.Thread(target=lambda: made.append(bufs.gather_async([2, 3], cuda)))
+    thread.start()
+    thread.join()
+    batch, copied = made[0]
+    assert copied is not None
+    _assert_same_batch(buffers.ready(batch, copied), bufs.gather([2, 3], cpu))
 
 
 def test_training_on_cuda_runs_and_resumes(tmp_path: Path) -> None:

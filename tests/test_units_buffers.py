@@ -6,6 +6,8 @@ a batch entry names the slot, step and env it was read from.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -171,3 +173,25 @@ def test_transitions_cut_step_t_into_x_t_and_the_transition_into_x_t_plus_1() ->
             ended = code(1, t + 1, b) % 3 == 0  # done[t + 1]: x_t -> x_{t+1} ended an episode
             assert steps.discount_t[t, b].item() == pytest.approx(0.0 if ended else 0.9)
     assert steps.bootstrap_value.tolist() == values[T].tolist()
+
+
+def test_on_the_cpu_gather_async_is_gather_with_nothing_to_wait_for() -> None:
+    bufs = filled()
+    batch, copied = bufs.gather_async(INDICES, torch.device("cpu"))
+    assert copied is None
+    assert buffers.ready(batch, copied) is batch
+    expected = bufs.gather(INDICES, torch.device("cpu"))
+    assert batch.keys() == expected.keys()
+    for name, t in expected.items():
+        assert torch.equal(batch[name], t), name
+
+
+def test_actors_receive_the_slots_without_the_learners_staging() -> None:
+    """The buffers travel to every (re)started actor; a GPU learner's pinned staging and copy
+    stream stay in the learner process."""
+    bufs = filled()
+    bufs._staging = object()  # stands in for a `_CudaStaging`
+    copy = pickle.loads(pickle.dumps(bufs))
+    assert copy._staging is None
+    assert bufs._staging is not None
+    assert torch.equal(copy.tensors["obs"], bufs.tensors["obs"])

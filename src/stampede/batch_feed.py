@@ -6,6 +6,10 @@ batch on a one-place queue, so the next batch is gathered while the learner work
 With ``prefetch=False`` it gathers only when the learner asks (``request``), after publishing its
 last update: fresher data, a lower policy lag, for a short wait. An exception in the thread is
 raised in the learner's thread by ``get``.
+
+On a GPU the batch's copy is still running when the thread queues it (`RolloutBuffers.
+gather_async`); ``get`` makes the learner's stream wait for it, so neither thread waits for the
+copy on the host.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import torch
 
-from stampede.buffers import RolloutBuffers
+from stampede.buffers import RolloutBuffers, ready
 from stampede.pool import ActorPool
 
 log = logging.getLogger("stampede")
@@ -55,7 +59,10 @@ class BatchFeed:
         item = self._batches.get()
         if isinstance(item, BaseException):
             raise item
-        return None if item is _STOPPED else item
+        if item is _STOPPED:
+            return None
+        batch, copied = item
+        return ready(batch, copied)  # on this thread's stream: after the copy
 
     def request(self) -> None:
         """The learner has published its update: with ``prefetch=False``, gather the next batch."""
@@ -90,10 +97,10 @@ class BatchFeed:
                     indices.append(index)
                 if len(indices) < self.slots_per_batch:
                     break
-                batch = self.buffers.gather(indices, self.device)
-                for index in indices:
+                batch, copied = self.buffers.gather_async(indices, self.device)
+                for index in indices:  # the slots are copied out (pinned or on the CPU)
                     self.pool.release(index)
-                self._batches.put(batch)
+                self._batches.put((batch, copied))
             self._batches.put(_STOPPED)  # wakes the learner if it is waiting for a batch
         except BaseException as error:  # handed to the learner's thread, which re-raises it
             self._batches.put(error)

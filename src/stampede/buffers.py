@@ -132,22 +132,97 @@ class RolloutBuffers:
             name: torch.zeros((num_slots, *f.shape), dtype=f.dtype).share_memory_()
             for name, f in spec.items()
         }
+        self._staging: _CudaStaging | None = None  # made by the first gather to a GPU
+
+    def __getstate__(self) -> dict[str, object]:
+        # Actor processes receive the slots only: pinned memory and a CUDA stream stay here.
+        return {**self.__dict__, "_staging": None}
 
     def slot(self, index: int) -> dict[str, Tensor]:
         """Views of one slot (writes go straight to shared memory)."""
         return {name: t[index] for name, t in self.tensors.items()}
 
     def gather(self, indices: Sequence[int], device: torch.device) -> dict[str, Tensor]:
-        """A learner batch from several slots: time-major fields become [T + 1, S * E, ...]."""
+        """A learner batch from several slots: time-major fields become [T + 1, S * E, ...].
+        Ready to use on the calling thread's current stream (`gather_async` then `ready`)."""
+        batch, copied = self.gather_async(indices, device)
+        return ready(batch, copied)
+
+    def gather_async(
+        self, indices: Sequence[int], device: torch.device
+    ) -> tuple[dict[str, Tensor], torch.cuda.Event | None]:
+        """`gather`, returning before a copy to a GPU has finished: (batch, the copy's event, or
+        None on the CPU). The thread that uses the batch calls ``ready(batch, event)`` first.
+
+        To a GPU the slots go through pinned host memory (made at the first such gather) on a
+        stream of their own, so the copy overlaps the learner's work; per-slot fields stay on
+        the CPU, as on a CPU learner. The slots may be released as soon as this returns."""
         index = torch.as_tensor(indices, dtype=torch.long)
+        if device.type != "cuda":
+            return self._gather_on_host(index, device), None
+        staging = self._staging
+        if staging is None or staging.slots != len(indices) or staging.device != device:
+            staging = self._staging = _CudaStaging(self.tensors, len(indices), device)
+        return staging.gather(self.tensors, index)
+
+    def _gather_on_host(self, index: Tensor, device: torch.device) -> dict[str, Tensor]:
         batch = {}
         for name, t in self.tensors.items():
             picked = t.index_select(0, index)  # [S, T + 1, E, ...], [S, layers, E, H] or [S, ...]
             if name in PER_SLOT:
                 batch[name] = picked
                 continue
-            # [S, A, E, ...] -> [A, S, E, ...] -> [A, S * E, ...] where A is time or layers
-            picked = picked.transpose(0, 1)
-            picked = picked.reshape(picked.shape[0], -1, *picked.shape[3:])
-            batch[name] = picked.to(device, non_blocking=True)
+            batch[name] = _slots_to_columns(picked).to(device, non_blocking=True)
         return batch
+
+
+def _slots_to_columns(picked: Tensor) -> Tensor:
+    """[S, A, E, ...] -> [A, S, E, ...] -> [A, S * E, ...] where A is time or layers."""
+    picked = picked.transpose(0, 1)
+    return picked.reshape(picked.shape[0], -1, *picked.shape[3:])
+
+
+def ready(batch: dict[str, Tensor], copied: torch.cuda.Event | None) -> dict[str, Tensor]:
+    """``batch`` made safe to use on this thread's current CUDA stream: the stream waits for the
+    copy (``copied``, from `RolloutBuffers.gather_async`; None: nothing to wait for), and the
+    caching allocator keeps each tensor's memory until that stream is done with it, not only the
+    copy stream it was made on."""
+    if copied is None:
+        return batch
+    stream = torch.cuda.current_stream(copied.device)
+    stream.wait_event(copied)
+    for t in batch.values():
+        if t.is_cuda:
+            t.record_stream(stream)
+    return batch
+
+
+class _CudaStaging:
+    """Pinned host tensors of one batch's slots, [S, ...] per time-major field, and the stream
+    that copies them to the GPU. Reused by every gather of S slots, once its last copy is done."""
+
+    def __init__(self, tensors: dict[str, Tensor], slots: int, device: torch.device) -> None:
+        self.slots, self.device = slots, device
+        self.host = {
+            name: torch.empty((slots, *t.shape[1:]), dtype=t.dtype, pin_memory=True)
+            for name, t in tensors.items()
+            if name not in PER_SLOT
+        }
+        self.stream = torch.cuda.Stream(device)
+        self.copied: torch.cuda.Event | None = None  # the last copy out of `host`
+
+    def gather(
+        self, tensors: dict[str, Tensor], index: Tensor
+    ) -> tuple[dict[str, Tensor], torch.cuda.Event]:
+        if self.copied is not None:
+            self.copied.synchronize()  # the last batch has left `host`: it may be overwritten
+        batch = {name: tensors[name].index_select(0, index) for name in PER_SLOT}  # on the CPU
+        for name, pinned in self.host.items():
+            torch.index_select(tensors[name], 0, index, out=pinned)  # [S, T + 1, E, ...]
+        with torch.cuda.stream(self.stream):
+            for name, pinned in self.host.items():
+                picked = pinned.to(self.device, non_blocking=True)
+                batch[name] = _slots_to_columns(picked)  # the transpose on the GPU, this stream
+            self.copied = torch.cuda.Event()
+            self.copied.record(self.stream)
+        return {name: batch[name] for name in tensors}, self.copied  # the fields in spec order

@@ -12,6 +12,13 @@ then keeps the policy within a PPO-style trust region around the policy it had w
 arrived. ``optim.epochs: 1``
 (the paper) is one step per batch, and the clip has no effect.
 
+The update reads nothing to the host until its end, so a GPU runs its steps back to back: the
+metrics stay device tensors and are read once per update, and off the CPU a step whose loss or
+gradient is not finite is undone on the device (`_Undo`) instead of being tested on the host
+first. With
+``runtime.precision: bf16`` the network's forward runs under autocast in bfloat16; V-trace and
+the losses stay in float32. ``runtime.compile`` runs that forward through `torch.compile`.
+
 With PopArt (``vtrace.popart``, ``stampede.popart``) the network's baseline outputs are normalised
 per task: each batch first moves the task statistics towards its V-trace targets (rescaling the
 baseline head so that the unnormalised values stay as they were), then the losses are computed
@@ -20,21 +27,28 @@ in normalised space.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from stampede import buffers
 from stampede.config import OptimConfig, VTraceConfig
-from stampede.losses import impala_loss
-from stampede.models import ActorCritic, clip_reward
+from stampede.losses import METRIC_KEYS, impala_loss_stats
+from stampede.models import ActorCritic, ModelOutput, clip_reward
 from stampede.optim import build_optimizer, linear_lr
 from stampede.popart import PopArt
 from stampede.timing import LEARNER_STAGES, StageClock
 from stampede.vtrace import VTraceReturns
+
+# One optimizer step's stats, in this order: the loss's metrics, then the gradient norm before
+# clipping. A step is skipped when a term of _GUARDED or the gradient norm is not finite.
+STEP_KEYS = (*METRIC_KEYS, "learner/grad_norm")
+_GUARDED = ("loss/pg", "loss/baseline", "loss/entropy")
+assert METRIC_KEYS[: len(_GUARDED)] == _GUARDED  # the device checks them as stats[:3]
 
 
 class _Arrival(NamedTuple):
@@ -48,11 +62,11 @@ class _Arrival(NamedTuple):
         """The same for the trajectories ``index`` of the batch ([T, B] -> [T, len(index)])."""
         r = self.returns
         return _Arrival(
-            self.pi_logits_t[:, index],
+            self.pi_logits_t.index_select(1, index),
             r._replace(
-                vs=r.vs[:, index],
-                pg_advantages=r.pg_advantages[:, index],
-                log_rhos=r.log_rhos[:, index],
+                vs=r.vs.index_select(1, index),
+                pg_advantages=r.pg_advantages.index_select(1, index),
+                log_rhos=r.log_rhos.index_select(1, index),
             ),
         )
 
@@ -67,11 +81,78 @@ def _task(batch: dict[str, Tensor]) -> Tensor:
 def _columns(batch: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
     """Trajectories ``index`` of a batch: time-major fields [T + 1, B, ...] and the LSTM state
     [layers, B, H] keep those columns; per-slot fields (``buffers.PER_SLOT``) stay whole."""
-    return {name: t if name in buffers.PER_SLOT else t[:, index] for name, t in batch.items()}
+    return {
+        name: t if name in buffers.PER_SLOT else t.index_select(1, index)
+        for name, t in batch.items()
+    }
+
+
+def _split(width: int, splits: int, device: torch.device) -> tuple[Tensor, ...]:
+    """A random split of B = ``width`` trajectories into ``splits`` index tensors on ``device``.
+    Drawn on the CPU (the learner's RNG stream, whatever the device); a CUDA copy goes through
+    pinned memory, so it does not wait for the GPU."""
+    perm = torch.randperm(width)
+    if device.type == "cuda":
+        perm = perm.pin_memory().to(device, non_blocking=True)
+    return perm.chunk(splits)
+
+
+class _Undo:
+    """What one optimizer step may change, saved before it, so that a step found non-finite on
+    the device can be undone without reading anything to the host.
+
+    The parameters and the optimizer state on the flag's device are put back at once,
+    ``torch.where(ok, after, before)`` (`unless`); what lives elsewhere (each group's lr; torch
+    Adam counts its steps in CPU tensors for CUDA parameters) is put back by `restore`, once the
+    update has read its flags, for the first skipped step (the later ones are undone on the
+    device: their flag stays false).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+        self.groups = optimizer.param_groups
+        self.lrs = [g["lr"] for g in self.groups]
+        params = [p for g in self.groups for p in g["params"]]
+        state = optimizer.state
+        tensors = params + [
+            v for p in params for v in state.get(p, {}).values() if isinstance(v, Tensor)
+        ]
+        with torch.no_grad():
+            self.here = [(t, t.clone()) for t in tensors if t.device == device]
+            self.elsewhere = [(t, t.clone()) for t in tensors if t.device != device]
+
+    @torch.no_grad()
+    def unless(self, ok: Tensor) -> None:
+        """After the step: keep it where ``ok`` (a [] bool on the device), else put back."""
+        for t, before in self.here:
+            torch.where(ok, t, before, out=t)
+        self.here = []  # the copies are not needed any more
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """The step was skipped: put back the host side too."""
+        for group, lr in zip(self.groups, self.lrs, strict=True):
+            group["lr"] = lr
+        for t, before in self.elsewhere:
+            t.copy_(before)
+
+
+class _Taken(NamedTuple):
+    """One step of an update, for `Learner._finish`."""
+
+    stats: Tensor  # [len(STEP_KEYS)] on the device, not read yet
+    undo: _Undo | None  # what to put back if it is the first skipped step; None: host-decided
+    skipped: bool  # known on the host to be skipped: the update stops there
 
 
 class Learner:
-    """Owns the model and its optimizer; ``update`` does one step on a [T + 1, B] batch."""
+    """Owns the model and its optimizer; ``update`` does one step on a [T + 1, B] batch.
+
+    ``precision`` (``runtime.precision``): "fp32", or "bf16" to run the network's forward under
+    `torch.autocast` in bfloat16 (its outputs are cast back to float32 for V-trace and the
+    losses; the parameters, gradients and optimizer stay float32). ``compile``
+    (``runtime.compile``): run that forward through ``torch.compile(model)``, compiled at its
+    first call; ``self.model`` stays the plain module (checkpoints, publishing, evaluation).
+    """
 
     def __init__(
         self,
@@ -81,9 +162,17 @@ class Learner:
         total_frames: int,
         reduce_gradients: Callable[[list[Tensor]], None] | None = None,
         popart: PopArt | None = None,
+        *,
+        precision: str = "fp32",
+        compile: bool = False,
     ) -> None:
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"runtime.precision must be fp32 or bf16 here, got {precision!r}")
         self.model = model
         self.popart = popart  # per-task value normalisation, or None
+        self.precision = precision
+        # The loss's forward; torch.compile wraps the module and shares its parameters.
+        self._forward: Callable[..., ModelOutput] = torch.compile(model) if compile else model
         o = optim
         self.optimizer = build_optimizer(
             model.parameters(),
@@ -104,77 +193,103 @@ class Learner:
         self.skipped = 0  # updates skipped for a non-finite loss or gradient, in all
         self.consecutive_skips = 0
         self.last_nonfinite = ""  # what went non-finite last, e.g. "loss/baseline is nan"
+        # Off the CPU a step's finiteness is not read before the step (that would wait for the
+        # device at every step): a non-finite step is undone there instead (`_Undo`). On the CPU
+        # the read is free and skipping is cheaper than saving and undoing.
+        self.undo_on_device = self.params[0].device.type != "cpu"
         # The learner process's time budget; the runner times the stages outside `update`.
         self.clock = StageClock(LEARNER_STAGES)
 
     def update(self, batch: dict[str, Tensor], frames: int) -> dict[str, float]:
         """``optim.epochs`` passes over a batch whose time-major fields are [T + 1, B, ...],
         each in ``optim.minibatches`` optimizer steps on a random split of its B trajectories
-        (one step per pass by default). The metrics are those of the first step."""
-        first: dict[str, float] = {}
-        arrival: _Arrival | None = None
+        (one step per pass by default). The metrics are those of the first step.
+
+        The stats stay on the device and are read to the host once, at the end. Off the CPU
+        (``undo_on_device``) so is every step's finiteness: the steps run back to back, and from
+        the first non-finite one on each is undone on the device (the stages then time the
+        launches; the device's time shows in the "optimizer" stage, where the stats are read)."""
         splits, width = self.optim.minibatches, batch["action"].shape[1]
         # Every minibatch needs the whole batch's V-trace, computed once; PopArt moves its
         # statistics towards those targets before any step.
-        if splits > 1 or self.popart is not None:
-            with self.clock.stage("forward_backward"), torch.no_grad():
-                _, (_, arrival) = self._losses(batch, None)
-                if self.popart is not None:
-                    task = _task(batch)[0]  # [T + 1, B] -> [B]: a trajectory has one task
-                    self.popart.update(arrival.returns.vs, task, self.model.baseline)
-        stepped, skipped = 0, False
-        while stepped < self.optim.epochs * splits and not skipped:
+        arrival = self._first_look(batch) if splits > 1 or self.popart is not None else None
+        lr = linear_lr(self.optim.lr, frames, self.total_frames, self.optim.anneal_lr)
+        device = self.params[0].device
+        ok = torch.ones((), dtype=torch.bool, device=device)  # every step so far was finite
+        taken: list[_Taken] = []
+        parts: Sequence[Tensor | None] = [None]  # one part: the whole batch
+        while len(taken) < self.optim.epochs * splits and not (taken and taken[-1].skipped):
             with self.clock.stage("forward_backward"):
-                if stepped % splits == 0:  # a new pass: a new random split of the trajectories
-                    parts = (torch.randperm(width) if splits > 1 else torch.arange(width)).chunk(
-                        splits
-                    )
-                columns = parts[stepped % splits]
-                part = _columns(batch, columns) if splits > 1 else batch
-                given = arrival.columns(columns) if arrival and splits > 1 else arrival
-                metrics, now = self._backward(part, given)
+                if splits > 1 and len(taken) % splits == 0:  # a new pass: a new random split
+                    parts = _split(width, splits, device)
+                columns = parts[len(taken) % splits]
+                part, given = batch, arrival
+                if columns is not None:
+                    part = _columns(batch, columns)
+                    given = arrival.columns(columns) if arrival is not None else None
+                stats, now = self._backward(part, given)
             with self.clock.stage("optimizer"):
-                metrics, skipped = self._step(metrics, frames)
-            first, arrival, stepped = first or metrics, arrival or now, stepped + 1
-        self._count(skipped)
-        return first
+                ok, step = self._step(stats, ok, lr)
+            taken.append(step)
+            arrival = arrival or now
+        with self.clock.stage("optimizer"):
+            return self._finish(taken, lr)
+
+    def _first_look(self, batch: dict[str, Tensor]) -> _Arrival:
+        """The batch's policy logits and V-trace returns before any step; PopArt's statistics
+        move towards those targets here."""
+        with self.clock.stage("forward_backward"), torch.no_grad():
+            _, (_, arrival) = self._losses(batch, None)
+            if self.popart is not None:
+                task = _task(batch)[0]  # [T + 1, B] -> [B]: a trajectory has one task
+                self.popart.update(arrival.returns.vs, task, self.model.baseline)
+        return arrival
 
     def _backward(
         self, batch: dict[str, Tensor], arrival: _Arrival | None
-    ) -> tuple[dict[str, float], _Arrival]:
+    ) -> tuple[Tensor, _Arrival]:
         """Loss and gradients of the batch (all-reduced across ranks), with the V-trace returns
-        and anchor policy of ``arrival`` (None: from this forward pass); the loss's metrics and
-        this pass's own policy logits and returns."""
-        loss, (metrics, now) = self._losses(batch, arrival)
+        and anchor policy of ``arrival`` (None: from this forward pass); the loss's stats
+        [len(METRIC_KEYS)] on the device and this pass's own policy logits and returns."""
+        loss, (stats, now) = self._losses(batch, arrival)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.reduce_gradients is not None:
             self.reduce_gradients([p.grad for p in self.params if p.grad is not None])
-        return metrics, now
+        return stats, now
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """bf16: autocast on the parameters' device type; fp32: no context at all."""
+        if self.precision == "bf16":
+            return torch.autocast(self.params[0].device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def _losses(
         self, batch: dict[str, Tensor], arrival: _Arrival | None
-    ) -> tuple[Tensor, tuple[dict[str, float], _Arrival]]:
-        """The IMPALA loss of a batch and its metrics, policy logits and V-trace returns."""
+    ) -> tuple[Tensor, tuple[Tensor, _Arrival]]:
+        """The IMPALA loss of a batch and its stats, policy logits and V-trace returns."""
         v, task = self.vtrace, _task(batch)
         # The network over all T + 1 steps of the batch, with its inputs at each x_t as stored.
-        out = self.model(
-            batch["obs"],
-            batch["last_action"],
-            clip_reward(batch["reward"], v.reward_clip),
-            batch["done"],
-            buffers.core_state(batch),
-            task=task,
-        )
-        values, scale = out.baseline, None  # [T + 1, B]
+        with self._autocast():
+            out = self._forward(
+                batch["obs"],
+                batch["last_action"],
+                clip_reward(batch["reward"], v.reward_clip),
+                batch["done"],
+                buffers.core_state(batch),
+                task=task,
+            )
+        # V-trace and the losses in float32 whatever the forward ran in (no-ops in fp32).
+        logits, values = out.policy_logits.float(), out.baseline.float()  # [T + 1, B, (A)]
+        scale = None
         if self.popart is not None:  # normalised outputs -> V; sigma of each loss step's task
             values = self.popart.denormalise(values, task)
             scale = self.popart.scale_and_shift(task[:-1], values.dtype)[0]  # [T, B]
         # The loss's T steps: x_t's side and the transition x_t -> x_{t+1}, [T, B] each.
         s = buffers.transitions(
-            batch, out.policy_logits, values, discount=v.discount, reward_clip=v.reward_clip
+            batch, logits, values, discount=v.discount, reward_clip=v.reward_clip
         )
-        loss, metrics, returns = impala_loss(
+        loss, stats, returns = impala_loss_stats(
             target_logits=s.pi_logits_t,
             values=s.v_t,
             bootstrap_value=s.bootstrap_value,
@@ -194,26 +309,54 @@ class Learner:
             returns=arrival.returns if arrival else None,
             scale=scale,
         )
-        return loss, (metrics, _Arrival(s.pi_logits_t.detach(), returns))
+        return loss, (stats, _Arrival(s.pi_logits_t.detach(), returns))
 
-    def _step(self, metrics: dict[str, float], frames: int) -> tuple[dict[str, float], bool]:
-        """Clip, then step the optimizer unless the loss or gradient is not finite; the metrics
-        and whether the step was skipped."""
+    def _step(self, stats: Tensor, ok: Tensor, lr: float) -> tuple[Tensor, _Taken]:
+        """Clip, then step the optimizer at ``lr``, keeping the step only if it and every step
+        before it in this update (``ok``) had finite loss terms and gradient norm. The new
+        ``ok`` and the step's record for `_finish`."""
         max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm))
-        metrics["learner/grad_norm"] = grad_norm
-        metrics["learner/lr"] = linear_lr(
-            self.optim.lr, frames, self.total_frames, self.optim.anneal_lr
-        )
-        bad = self._nonfinite(metrics, grad_norm)
-        if bad:  # skip: parameters and optimizer state keep their last good values
-            self.last_nonfinite = bad
-            self.optimizer.zero_grad(set_to_none=True)
-            return metrics, True
-        for group in self.optimizer.param_groups:
-            group["lr"] = metrics["learner/lr"]
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)  # [], not read
+        stats = torch.cat([stats, grad_norm.reshape(1).to(stats.dtype)])
+        ok = ok & torch.isfinite(stats[: len(_GUARDED)]).all() & torch.isfinite(grad_norm)
+        # The optimizer's first step creates its state, and a skipped step must not: with no
+        # state to put back, decide on the host (one read of one flag), until a step succeeds.
+        if not self.undo_on_device or self._state_missing():
+            skipped = not ok.item()
+            if not skipped:
+                self._set_lr(lr)
+                self.optimizer.step()
+            return ok, _Taken(stats, None, skipped)
+        undo = _Undo(self.optimizer, ok.device)
+        self._set_lr(lr)
         self.optimizer.step()
-        return metrics, False
+        undo.unless(ok)
+        return ok, _Taken(stats, undo, False)
+
+    def _state_missing(self) -> bool:
+        """Whether a parameter with a gradient has no optimizer state yet (host-side only)."""
+        state = self.optimizer.state
+        return any(p.grad is not None and not state.get(p) for p in self.params)
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _finish(self, taken: list[_Taken], lr: float) -> dict[str, float]:
+        """Read the update's stats to the host, once; at its first non-finite step (if any) put
+        back what the device could not, name the term and count the skip. The first step's
+        metrics, as `STEP_KEYS` and ``learner/lr``."""
+        rows = torch.stack([step.stats for step in taken]).tolist()  # [steps, len(STEP_KEYS)]
+        metrics = [dict(zip(STEP_KEYS, row, strict=True)) for row in rows]
+        first_bad = next((k for k, m in enumerate(metrics) if _nonfinite(m)), None)
+        if first_bad is not None:  # skipped from that step on: the rest of the passes too
+            self.last_nonfinite = _nonfinite(metrics[first_bad])
+            undo = taken[first_bad].undo
+            if undo is not None:  # None: decided on the host, nothing was stepped
+                undo.restore()
+            self.optimizer.zero_grad(set_to_none=True)
+        self._count(first_bad is not None)
+        return metrics[0] | {"learner/lr": lr}
 
     def _count(self, skipped: bool) -> None:
         """An update with a non-finite step is skipped from that step on (the rest of its
@@ -221,12 +364,13 @@ class Learner:
         self.skipped += skipped
         self.consecutive_skips = self.consecutive_skips + 1 if skipped else 0
 
-    @staticmethod
-    def _nonfinite(metrics: dict[str, float], grad_norm: float) -> str:
-        """Which term went non-finite ('' if none): a loss term first, else the gradient."""
-        for key in ("loss/pg", "loss/baseline", "loss/entropy"):
-            if not math.isfinite(metrics[key]):
-                return f"{key} is {metrics[key]}"
-        if not math.isfinite(grad_norm):
-            return f"the gradient norm is {grad_norm}"
-        return ""
+
+def _nonfinite(metrics: dict[str, float]) -> str:
+    """Which term of a step went non-finite ('' if none): a loss term first, else the gradient."""
+    for key in _GUARDED:
+        if not math.isfinite(metrics[key]):
+            return f"{key} is {metrics[key]}"
+    grad_norm = metrics["learner/grad_norm"]
+    if not math.isfinite(grad_norm):
+        return f"the gradient norm is {grad_norm}"
+    return ""

@@ -8,6 +8,8 @@ constants (detached) here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -132,7 +134,7 @@ def diagnostics(
         return torch.stack([entropy, ev, kl, adv.mean(), adv.std(unbiased=False)])
 
 
-def impala_loss(
+def impala_loss_stats(
     target_logits: Tensor,
     values: Tensor,
     bootstrap_value: Tensor,
@@ -152,7 +154,7 @@ def impala_loss(
     pg_clip: float = 0.0,
     returns: vtrace.VTraceReturns | None = None,
     scale: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float], vtrace.VTraceReturns]:
+) -> tuple[Tensor, Tensor, vtrace.VTraceReturns]:
     """The full IMPALA loss: pg + baseline_cost * baseline + entropy_cost * entropy.
 
     Step t is x_t and the transition x_t -> x_{t+1}; `stampede.buffers.transitions` cuts a
@@ -183,8 +185,9 @@ def impala_loss(
             no normalisation.
 
     Returns:
-        (total loss, metrics, the V-trace returns used). ``metrics`` has exactly
-        `METRIC_KEYS` as Python floats;
+        (total loss, stats, the V-trace returns used). ``stats`` is a detached
+        [len(METRIC_KEYS)] tensor on the inputs' device, the metrics in `METRIC_KEYS` order, not
+        read to the host (`impala_loss` reads them);
         "loss/baseline" and "loss/entropy" are the *weighted* terms (cost included), so
         loss/pg + loss/baseline + loss/entropy == loss/total, as in TorchBeast's logs; the
         ``learner/*`` diagnostics are per-step means (see `diagnostics`).
@@ -219,6 +222,12 @@ def impala_loss(
     total = pg + baseline + entropy
     terms = torch.stack([pg, baseline, entropy, total, returns.rho_mean, returns.rho_clipped_frac])
     diag = diagnostics(target_logits, behaviour_logits, values, seen)
-    stats = torch.cat([terms.detach(), diag])
-    metrics = dict(zip(METRIC_KEYS, stats.tolist(), strict=True))  # one device sync, not eleven
-    return total, metrics, returns
+    return total, torch.cat([terms.detach(), diag]), returns
+
+
+def impala_loss(*args: Any, **kwargs: Any) -> tuple[Tensor, dict[str, float], vtrace.VTraceReturns]:
+    """`impala_loss_stats` (the same arguments) with its stats read to the host: (total loss,
+    metrics, returns), ``metrics`` exactly `METRIC_KEYS` as Python floats. One device sync per
+    call; the learner keeps the stats on the device instead and reads them once per update."""
+    total, stats, returns = impala_loss_stats(*args, **kwargs)
+    return total, dict(zip(METRIC_KEYS, stats.tolist(), strict=True)), returns

@@ -25,6 +25,7 @@ from typing import Any
 
 from stampede.actor import ActorSetup, run_actor
 from stampede.buffers import RolloutBuffers
+from stampede.inference import InferenceServer, RequestTable
 from stampede.models import ActorCritic
 
 log = logging.getLogger("stampede")
@@ -47,23 +48,30 @@ class _Actor:
 
 
 class ActorPool:
-    """The actor processes of one learner and the rollout slots they hold. Not thread-safe: one
-    thread talks to the actors' pipes at a time (the runner's batch thread, then, once that has
-    ended, the thread that calls stop())."""
+    """The actor processes of one learner and the rollout slots they hold, and the inference
+    server if they use one. Not thread-safe: one thread talks to the actors' pipes at a time (the
+    runner's batch thread, then, once that has ended, the thread that calls stop()).
+
+    ``policy`` is what every actor is given to act with: the published model, or the request
+    table of ``server`` (``runtime.inference=central``), which the pool starts first, supervises
+    with the actors (a dead server is replaced, within the same restart budget) and stops last.
+    """
 
     def __init__(
         self,
         ctx: Any,
         setups: list[ActorSetup],
-        model: ActorCritic,
+        policy: ActorCritic | RequestTable | None,
         buffers: RolloutBuffers,
         version: int,
         *,
         max_restarts: int,
         restart_window_s: float,
         timeout_s: float,
+        server: InferenceServer | None = None,
     ) -> None:
-        self.ctx, self.setups, self.model, self.buffers = ctx, setups, model, buffers
+        self.ctx, self.setups, self.policy, self.buffers = ctx, setups, policy, buffers
+        self.server = server
         self.max_restarts, self.window_s, self.timeout_s = max_restarts, restart_window_s, timeout_s
         self.version = ctx.Value("q", version, lock=False)
         self.free: deque[int] = deque(range(buffers.num_slots))
@@ -73,6 +81,8 @@ class ActorPool:
         self.last_check = time.monotonic()
 
     def start(self) -> None:
+        if self.server is not None:
+            self.server.start()
         for actor_id in range(len(self.setups)):
             self.actors.append(self._spawn(actor_id))
         self._hand_out()
@@ -83,7 +93,7 @@ class ActorPool:
             target=run_actor,
             name=f"actor-{actor_id}",
             daemon=True,
-            args=(self.setups[actor_id], self.model, self.buffers, theirs, self.version),
+            args=(self.setups[actor_id], self.policy, self.buffers, theirs, self.version),
         )
         process.start()
         theirs.close()
@@ -139,11 +149,20 @@ class ActorPool:
     def set_version(self, version: int) -> None:
         self.version.value = version
 
+    def inference_metrics(self) -> dict[str, float]:
+        """The inference server's figures since the last call (none without a server)."""
+        return self.server.metrics() if self.server is not None else {}
+
     # -------------------------------------------------------------- supervision
 
     def supervise(self) -> None:
-        """Replace dead or hung actors; raise ActorFailure past the restart budget."""
+        """Replace dead or hung actors and a dead server; raise ActorFailure past the restart
+        budget."""
         self.last_check = time.monotonic()
+        if self.server is not None and (why := self.server.dead()):
+            self._count_failure("the inference server", why)
+            log.warning("restarting the inference server: %s", why)
+            self.server.restart()
         for actor_id, actor in enumerate(self.actors):
             hung = bool(actor.assigned) and self.last_check - actor.since > self.timeout_s
             if actor.process.exitcode is None and not hung:
@@ -177,15 +196,7 @@ class ActorPool:
         old = self.actors[actor_id]
         old.conn.close()
         self.free.extend(old.assigned)  # its half-written rollouts go back unused
-        now = time.monotonic()
-        self.recent.append(now)
-        while self.recent and now - self.recent[0] > self.window_s:
-            self.recent.popleft()
-        if len(self.recent) > self.max_restarts:
-            raise ActorFailure(
-                f"actor {actor_id} failed ({len(self.recent)} failures within "
-                f"{self.window_s:g} s, runtime.max_actor_restarts={self.max_restarts}):\n{reason}"
-            )
+        self._count_failure(f"actor {actor_id}", reason)
         self.restarts += 1
         log.warning(
             "restarting actor %d (restart %d): %s",
@@ -197,6 +208,18 @@ class ActorPool:
         self.setups[actor_id] = dataclasses.replace(setup, restart=setup.restart + 1)
         self.actors[actor_id] = self._spawn(actor_id)
         self._hand_out()
+
+    def _count_failure(self, who: str, reason: str) -> None:
+        """Count a failure; past ``max_restarts`` within the window, stop the run."""
+        now = time.monotonic()
+        self.recent.append(now)
+        while self.recent and now - self.recent[0] > self.window_s:
+            self.recent.popleft()
+        if len(self.recent) > self.max_restarts:
+            raise ActorFailure(
+                f"{who} failed ({len(self.recent)} failures within "
+                f"{self.window_s:g} s, runtime.max_actor_restarts={self.max_restarts}):\n{reason}"
+            )
 
     # -------------------------------------------------------------------- stop
 
@@ -212,3 +235,5 @@ class ActorPool:
                 actor.process.kill()
                 actor.process.join()
             actor.conn.close()
+        if self.server is not None:
+            self.server.stop()

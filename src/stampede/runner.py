@@ -30,6 +30,7 @@ from stampede.buffers import RolloutBuffers, rollout_spec
 from stampede.config import Config, usable_cpus
 from stampede.envs import env_spec
 from stampede.envs.settings import env_tasks
+from stampede.inference import InferenceServer, RequestTable, ServerSetup
 from stampede.learner import Learner
 from stampede.logging import MetricLogger
 from stampede.model_config import model_factory
@@ -95,6 +96,8 @@ class Trainer:
             cfg.total_frames,
             reduce_gradients=reduce,
             popart=popart,
+            precision=cfg.runtime.resolved_precision(self.device),
+            compile=cfg.runtime.compile,
         )
         self._loop_started = time.monotonic()
         self.stop_signal: int | None = None
@@ -141,16 +144,35 @@ class Trainer:
 
     def _start_actors(self) -> ActorPool:
         cfg, r = self.cfg, self.cfg.runtime
-        # The policy the actors read: a copy of the learner's parameters, published after each
-        # update. On CPU it lives in shared memory; on a GPU it stays on the device (CUDA IPC).
+        # The policy the actors (or the inference server) read: a copy of the learner's
+        # parameters, published after each update. On CPU it lives in shared memory; on a GPU it
+        # stays on the device (CUDA IPC).
         self.published = self.make_model().to(self.device)
         self.published.load_state_dict(self.model.state_dict())
         self.published.eval()
         if self.device.type == "cpu":
             self.published.share_memory()
-        core = [tuple(t.shape) for t in self.model.initial_state(r.envs_per_actor)]
-        spec = rollout_spec(self.spec, r.unroll_length, r.envs_per_actor, core)
+        core = [tuple(t.shape) for t in self.model.initial_state(1)]  # [layers, 1, H] each
+        slot_core = [tuple(t.shape) for t in self.model.initial_state(r.envs_per_actor)]
+        spec = rollout_spec(self.spec, r.unroll_length, r.envs_per_actor, slot_core)
         self.buffers = RolloutBuffers(spec, r.buffer_slots)
+        ctx = _actor_context()
+        central = r.placement(self.device) == "central"
+        policy: ActorCritic | RequestTable = self.published
+        server = None
+        if central:  # the actors hold no model: one server acts for all of them
+            policy = RequestTable(
+                ctx, self.spec, r.actors, r.envs_per_actor, r.inference_groups, core
+            )
+            setup = ServerSetup(
+                device=str(self.device),
+                reward_clip=cfg.vtrace.reward_clip,
+                max_batch=r.inference_batch,
+                wait_s=r.inference_wait_ms / 1000,
+                threads=r.inference_threads,
+                precision=r.resolved_precision(self.device),
+            )
+            server = InferenceServer(ctx, setup, self.published, policy)
         env_kwargs = dataclasses.asdict(cfg.env)
         setups = [
             ActorSetup(
@@ -165,21 +187,38 @@ class Trainer:
                 device=str(self.device),
                 threads=r.actor_threads,
                 tasks=self._actor_tasks(i),
+                core_shapes=tuple(core),
             )
             for i in range(r.actors)
         ]
         pool = ActorPool(
-            _actor_context(),
+            ctx,
             setups,
-            self.published,
+            policy,
             self.buffers,
             self.progress.updates,
             max_restarts=r.max_actor_restarts,
             restart_window_s=r.actor_restart_window_s,
             timeout_s=r.actor_timeout_s,
+            server=server,
         )
         pool.start()
         return pool
+
+    def layout(self) -> str:
+        """This rank's processes, e.g. ``14 actors x 8 envs (1 thread each), inference central
+        on cuda (bf16, 1 thread), learner on cuda (bf16, 2 threads), 16 usable CPUs``."""
+        r = self.cfg.runtime
+        precision = r.resolved_precision(self.device)
+        if r.placement(self.device) == "central":
+            where = f"central on {self.device} ({precision}, {r.inference_threads} thread(s))"
+        else:
+            where = f"in each actor on {self.device} (fp32)"
+        return (
+            f"{r.actors} actors x {r.envs_per_actor} envs ({r.actor_threads} thread(s) each), "
+            f"inference {where}, learner on {self.device} ({precision}, "
+            f"{r.learner_torch_threads} thread(s)), {usable_cpus()} usable CPUs"
+        )
 
     def _actor_tasks(self, actor_id: int) -> tuple[int, ...]:
         """The task of each env of actor ``actor_id`` of this rank (() in a single-game run)."""
@@ -197,21 +236,20 @@ class Trainer:
             torch.manual_seed(cfg.seed)
         else:  # a resumed run draws what it would have drawn had it not stopped
             torch.set_rng_state(self.progress.torch_rng)
-        torch.set_num_threads(r.learner_threads or usable_cpus())
+        torch.set_num_threads(r.learner_torch_threads)
         previous = {s: signal.signal(s, self._on_signal) for s in _STOP_SIGNALS}
         logger = run_logger(cfg, self.run_dir, self.rank.is_main, self.progress.frames)
         pool = self._start_actors()
         log.info(
-            "training %s with %s on %s: %d actors x %d envs, rank %d/%d, run dir %s",
+            "training %s with %s on %s, rank %d/%d, run dir %s",
             cfg.env.name,
             cfg.model._target_.rsplit(".", 1)[-1],
             self.device,
-            r.actors,
-            r.envs_per_actor,
             self.rank.rank,
             self.rank.world_size,
             self.run_dir,
         )
+        log.info("layout: %s", self.layout())
         feed = BatchFeed(
             pool, self.buffers, r.slots_per_batch, self.device, r.prefetch, self._stopping
         )
@@ -269,6 +307,7 @@ class Trainer:
                     logger.write(
                         window.line(progress.frames, progress.updates, progress.task_frames)
                         | self._popart_metrics()
+                        | pool.inference_metrics()
                         | {
                             "actors/restarts": pool.restarts,
                             "learner/skipped_updates": self.learner.skipped,

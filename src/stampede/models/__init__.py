@@ -9,7 +9,7 @@ step of a network's policy, as the actors and evaluation run it.
 """
 
 from stampede.models.atari import AtariNet, NatureNet, ResNet
-from stampede.models.base import ActorCritic, ModelOutput, select_action
+from stampede.models.base import ActorCritic, CoreState, ModelOutput, select_action
 from stampede.models.mlp import MLP
 from stampede.models.policy import PolicyStep, clip_reward, policy_step
 
@@ -17,6 +17,7 @@ __all__ = [
     "MLP",
     "ActorCritic",
     "AtariNet",
+    "CoreState",
     "ModelOutput",
     "NatureNet",
     "PolicyStep",

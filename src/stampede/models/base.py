@@ -173,9 +173,10 @@ class ActorCritic(nn.Module):
         """concat(torso(obs), r_tm1, one_hot(a_tm1)) as [T*B, torso_size + 1 + A]."""
         T, B = obs.shape[:2]
         x = obs.reshape(T * B, *self.obs_shape)  # [T, B, *obs] -> [T*B, *obs]
-        x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
-        if x.dim() == 4:  # images: channels-last lets oneDNN (CPU) and cuDNN pick faster kernels
-            x = x.contiguous(memory_format=torch.channels_last)
+        if x.dim() == 4:  # images: channels-last lets oneDNN (CPU) and cuDNN pick faster kernels;
+            x = x.contiguous(memory_format=torch.channels_last)  # uint8: a quarter of the bytes
+        # uint8 straight to autocast's dtype (bf16 holds 0..255 exactly); the layout is kept
+        x = x.to(_compute_dtype(x.device)).div_(255.0) if x.dtype == torch.uint8 else x.float()
         features = self.torso(x)  # [T*B, torso_size]
         one_hot = F.one_hot(last_action.reshape(T * B).long(), self.num_actions)  # [T*B, A]
         r_tm1 = reward.reshape(T * B, 1).to(features.dtype)  # [T, B] -> [T*B, 1]
@@ -264,3 +265,11 @@ def select_action(policy_logits: Tensor, greedy: bool = False) -> Tensor:
         return policy_logits.argmax(dim=-1)
     probs = F.softmax(policy_logits.reshape(T * B, A).float(), dim=-1)  # [T, B, A] -> [T*B, A]
     return torch.multinomial(probs, num_samples=1).view(T, B)  # [T*B, 1] -> [T, B]
+
+
+def _compute_dtype(device: torch.device) -> torch.dtype:
+    """The dtype the first layer computes in: autocast's where it is on (``runtime.precision``
+    bf16), else float32."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return torch.float32

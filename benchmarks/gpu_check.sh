@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# GPU readiness in one command, for a CUDA machine (docs/architecture.md, "GPU placement"):
-#   1. the CUDA tests (pytest -m gpu: learner update on CUDA vs CPU, a device=cuda run that
-#      trains, checkpoints and resumes, V-trace on CUDA);
-#   2. a 2-minute `device=cuda` Pong run with the defaults, stopped by SIGTERM (a clean stop);
-#   3. `make bench ARGS="device=cuda"` (env-only and learner-only ceilings and the full loop);
-# then one summary. Usage: bash benchmarks/gpu_check.sh [PONG_SECONDS] (default 120).
-# Exits 2 without a visible CUDA GPU, 1 if a step failed, 0 if all passed.
+# GPU readiness and throughput in one command, for a CUDA machine (docs/architecture.md,
+# "GPU placement"):
+#   1. the CUDA tests (pytest -m gpu: the learner's update and bf16 on CUDA, pinned batch copies,
+#      the inference server on CUDA, a central-inference run where only the learner and the
+#      server hold the GPU, a device=cuda run that trains, checkpoints and resumes);
+#   2. `make bench` on Pong with the shallow network and with the ResNet, each for both
+#      inference placements (actor, central) and both precisions (fp32, bf16): frames/s, the
+#      learner's, actors' and server's time budgets, GPU memory;
+# then one summary table. Usage: bash benchmarks/gpu_check.sh [SECONDS] (per measurement,
+# default 20). Exits 2 without a visible CUDA GPU, 1 if a step failed, 0 if all passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-SECONDS_PONG=${1:-120}
+SECONDS_EACH=${1:-20}
 OUT=$(mktemp -d -t stampede-gpu-check.XXXXXX)
 
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
@@ -21,30 +24,22 @@ echo "gpu_check: $gpu, torch $("$PY" -c 'import torch; print(torch.__version__)'
 
 "$PY" -m pytest -m gpu -p no:cacheprovider -q tests > "$OUT/tests.log" 2>&1
 tests_rc=$?
+echo "CUDA tests: exit $tests_rc: $(tail -n 1 "$OUT/tests.log")"
 
-timeout --signal=TERM --kill-after=60 "$SECONDS_PONG" "$PY" run.py device=cuda env=pong \
-    total_frames=1000000000 "hydra.run.dir=$OUT/pong" logger.progress=false \
-    logger.wandb.mode=disabled > "$OUT/pong.log" 2>&1
-pong_rc=$?  # 124: stopped by the timeout's SIGTERM, as intended
-pong_fps=$("$PY" - "$OUT/pong/metrics.jsonl" <<'PYEOF'
-import json, pathlib, sys
-path = pathlib.Path(sys.argv[1])
-rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-fps = [r["perf/fps"] for r in rows[len(rows) // 2 :] if "perf/fps" in r]  # after warm-up
-print(f"{sum(fps) / len(fps):.0f} frames/s over its last {len(fps)} log lines, "
-      f"{rows[-1]['env/frames']} frames" if fps else "no metrics")
-PYEOF
-)
-
-make bench ARGS="device=cuda" > "$OUT/bench.log" 2>&1
-bench_rc=$?
+bench_rc=0
+for model in shallow resnet; do
+    "$PY" benchmarks/throughput.py --seconds "$SECONDS_EACH" device=cuda "model=$model" \
+        > "$OUT/bench_$model.log" 2>&1 || bench_rc=1
+    echo "make bench model=$model: done ($(tail -n 1 "$OUT/bench_$model.log" | cut -c1-60)...)"
+done
 
 status() { [ "$1" -eq 0 ] && echo passed || echo "FAILED (exit $1)"; }
 echo
-echo "== gpu_check summary ($gpu) =="
+echo "== gpu_check summary ($gpu, $(nproc) CPUs) =="
 echo "CUDA tests: $(status $tests_rc): $(tail -n 1 "$OUT/tests.log")"
-[ $pong_rc -eq 124 ] && pong_rc=0
-echo "Pong, device=cuda, ${SECONDS_PONG}s: $(status $pong_rc): $pong_fps"
-echo "make bench device=cuda: $(status $bench_rc)"
-grep -E "ceiling|loop|ideal" "$OUT/bench.log" | sed 's/^/  /'
-[ $tests_rc -eq 0 ] && [ $pong_rc -eq 0 ] && [ $bench_rc -eq 0 ]
+for model in shallow resnet; do
+    echo "make bench device=cuda model=$model ($SECONDS_EACH s each):"
+    grep -E "^machine|ceiling|learner-only" "$OUT/bench_$model.log" | sed 's/^/  /'
+    sed -n '/^full loop, frames/,$p' "$OUT/bench_$model.log" | sed 's/^/  /'
+done
+[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]

@@ -1,16 +1,21 @@
 """`make bench`: throughput of the full training loop against its two ceilings, in one run.
 
 Measures, on whatever machine runs it, with the composed config (default: Pong with the default
-network and hyperparameters, all cores; extra Hydra overrides on the command line):
+network and hyperparameters, the default process layout; extra Hydra overrides on the command
+line):
 
 1. env-only ceiling: the same actor processes stepping the same vectorised envs with random
    actions and no model, in environment frames/s (frame skip included);
-2. learner-only ceiling: learner updates/s on synthetic batches of the configured shape;
-3. the full loop (actors + learner) in frames/s, from its own metrics after a warm-up;
+2. learner-only ceiling: learner updates/s on synthetic batches of the configured shape, for
+   each precision (``--precisions``; with ``--compile`` also through ``torch.compile``);
+3. the full loop (actors + learner) in frames/s, from its own metrics after a warm-up, for each
+   inference placement (``--placements``: ``runtime.inference=actor|central``) and precision
+   (``runtime.precision=fp32|bf16``), side by side, with the time budgets of the learner, the
+   actors and the inference server and the peak GPU memory of the learner process;
 
-and the ratio of 3 to the ideal 1 / (1/env_only + 1/learner_only), the rate if env stepping and
-learning shared the machine perfectly. Usage: ``python benchmarks/throughput.py [--seconds 30]
-[overrides...]``, e.g. ``device=cuda runtime.num_actors=16``.
+then one table, the row of the configured default marked ``*``. Usage: ``python
+benchmarks/throughput.py [--seconds 30] [--placements actor central] [--precisions fp32 bf16]
+[--compile] [overrides...]``, e.g. ``device=cuda model=resnet``.
 """
 
 from __future__ import annotations
@@ -35,9 +40,21 @@ from stampede.config import Config
 from stampede.envs import env_spec, make_vec_env
 from stampede.learner import Learner
 from stampede.logging import read_metrics
+from stampede.model_config import model_factory
 from stampede.runner import Trainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
+# The time-budget columns of the table: (metric key, column title).
+BUDGET = (
+    ("time/learner/wait", "L wait"),
+    ("time/learner/forward_backward", "L fwd+bwd"),
+    ("time/actor/wait", "A wait"),
+    ("time/actor/env", "A env"),
+    ("time/actor/inference", "A infer"),
+    ("time/inference/wait", "S wait"),
+    ("time/inference/forward", "S fwd"),
+    ("inference/batch_mean", "S batch"),
+)
 
 
 def _step_randomly(
@@ -75,13 +92,20 @@ def env_only_fps(cfg: Config, seconds: float) -> float:
 
 
 def learner_only(cfg: Config, seconds: float) -> tuple[float, float]:
-    """(updates/s, frames/s) of the learner alone on synthetic batches of the configured shape."""
-    r = cfg.runtime
+    """(updates/s, frames/s) of the learner alone on synthetic batches of the configured shape,
+    with the configured precision and compile setting."""
+    r, device = cfg.runtime, cfg.torch_device
+    torch.set_num_threads(r.learner_torch_threads)
     spec = env_spec(**dataclasses.asdict(cfg.env))
-    from stampede.model_config import model_factory
-
-    model = model_factory(cfg.model, spec.obs_shape, spec.num_actions)().to(cfg.torch_device)
-    learner = Learner(model, cfg.vtrace, cfg.optim, cfg.total_frames)
+    model = model_factory(cfg.model, spec.obs_shape, spec.num_actions)().to(device)
+    learner = Learner(
+        model,
+        cfg.vtrace,
+        cfg.optim,
+        cfg.total_frames,
+        precision=r.resolved_precision(device),
+        compile=r.compile,
+    )
     core = [tuple(t.shape) for t in model.initial_state(r.batch_size)]
     batch = {}
     for name, field in rollout_spec(spec, r.unroll_length, r.batch_size, core).items():
@@ -95,33 +119,67 @@ def learner_only(cfg: Config, seconds: float) -> tuple[float, float]:
             value = torch.rand(field.shape) < 0.01
         else:
             value = torch.randn(field.shape)
-        batch[name] = value.to(cfg.torch_device)
-    learner.update(batch, 0)  # warm-up
+        batch[name] = value.to(device)
+    learner.update(batch, 0)  # warm-up (and compilation)
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         learner.update(batch, 0)
         updates += 1
-    if cfg.torch_device.type == "cuda":
+    if device.type == "cuda":
         torch.cuda.synchronize()
     rate = updates / (time.perf_counter() - start)
     return rate, rate * r.unroll_length * r.batch_size * spec.frames_per_step
 
 
-def full_loop_fps(cfg: Config, seconds: float) -> float:
-    """Frames/s of the real training loop, from its own metric lines after the first two."""
+@dataclasses.dataclass
+class LoopResult:
+    fps: float
+    budget: dict[str, float]  # the BUDGET keys' means over the measured lines
+    gpu_mib: float  # the learner process's peak GPU memory (0 on the CPU)
+
+
+def full_loop(cfg: Config, seconds: float) -> LoopResult:
+    """The real training loop for ``seconds``: frames/s and time budgets from its own metric
+    lines after the first two (start-up), the last one (the stop) left out too."""
+    device = cfg.torch_device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp))
         threading.Timer(seconds, trainer.request_stop).start()
         trainer.train()
-        fps = [row["perf/fps"] for row in read_metrics(Path(tmp))][2:-1]
-    if not fps:
+        rows = read_metrics(Path(tmp))[2:-1]
+    if not rows:
         raise SystemExit("bench: the full loop logged too few lines; raise --seconds")
-    return float(np.mean(fps))
+    budget = {
+        key: float(np.mean([r[key] for r in rows if key in r]))
+        for key, _ in BUDGET
+        if any(key in r for r in rows)
+    }
+    gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
+    return LoopResult(float(np.mean([r["perf/fps"] for r in rows])), budget, gpu)
+
+
+def _table(rows: list[tuple[str, LoopResult]], default: str) -> str:
+    head = f"  {'placement, precision':<24}{'frames/s':>10}" + "".join(
+        f"{title:>10}" for _, title in BUDGET
+    )
+    lines = [head + f"{'GPU MiB':>9}"]
+    for name, res in rows:
+        mark = "*" if name == default else " "
+        cells = "".join(
+            f"{res.budget[key]:>10.2f}" if key in res.budget else f"{'-':>10}" for key, _ in BUDGET
+        )
+        lines.append(f"{mark} {name:<24}{res.fps:>10,.0f}{cells}{res.gpu_mib:>9,.0f}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="per measurement")
+    parser.add_argument("--placements", nargs="+", default=["actor", "central"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--compile", action="store_true", help="also the compiled learner")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. device=cuda")
     args = parser.parse_args(argv)
     overrides = [
@@ -132,26 +190,51 @@ def main(argv: list[str] | None = None) -> None:
         *args.overrides,
     ]
     cfg = load_config(CONF, overrides)
-    r = cfg.runtime
+    r, device = cfg.runtime, cfg.torch_device
+    default = f"{r.placement(device)}, {r.resolved_precision(device)}"
     print(
         f"machine: {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"device {cfg.torch_device}; env {cfg.env.name} ({cfg.env.backend}), model "
+        f"device {device}"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+        + f"; env {cfg.env.name} ({cfg.env.backend}), model "
         f"{cfg.model._target_.rsplit('.', 1)[-1]}, {r.actors} actors x {r.envs_per_actor} "
-        f"envs, batch {r.batch_size} x unroll {r.unroll_length}; {args.seconds:.0f} s each"
+        f"envs, batch {r.batch_size} x unroll {r.unroll_length}, {r.learner_torch_threads} "
+        f"learner threads; default {default}; {args.seconds:.0f} s each",
+        flush=True,
     )
     env_fps = env_only_fps(cfg, args.seconds)
-    print(
-        f"env-only ceiling:      {env_fps:10,.0f} frames/s  ({env_fps / 4:,.0f} steps/s at skip 4)"
-    )
-    updates, learner_fps = learner_only(cfg, args.seconds)
-    print(f"learner-only ceiling:  {learner_fps:10,.0f} frames/s  ({updates:.2f} updates/s)")
-    full = full_loop_fps(cfg, args.seconds)
-    ideal = 1.0 / (1.0 / env_fps + 1.0 / learner_fps)
-    print(f"full training loop:    {full:10,.0f} frames/s")
-    print(
-        f"ideal 1/(1/env+1/learner): {ideal:6,.0f} frames/s; full / ideal = {full / ideal:.1%}; "
-        f"full / env-only = {full / env_fps:.1%}; full / learner-only = {full / learner_fps:.1%}"
-    )
+    print(f"{'env-only ceiling:':<34}{env_fps:10,.0f} frames/s", flush=True)
+    learner_fps = {}
+    for precision in args.precisions:
+        for compiled in (False, True) if args.compile else (False,):
+            name = precision + (", compiled" if compiled else "")
+            variant = load_config(
+                CONF, [*overrides, f"runtime.precision={precision}", f"runtime.compile={compiled}"]
+            )
+            updates, learner_fps[name] = learner_only(variant, args.seconds)
+            label = f"learner-only ceiling ({name}):"
+            print(
+                f"{label:<34}{learner_fps[name]:10,.0f} frames/s ({updates:.2f} updates/s)",
+                flush=True,
+            )
+    rows = []
+    for placement in args.placements:
+        for precision in args.precisions:
+            name = f"{placement}, {precision}"
+            variant = load_config(
+                CONF,
+                [*overrides, f"runtime.inference={placement}", f"runtime.precision={precision}"],
+            )
+            rows.append((name, full_loop(variant, args.seconds)))
+            ideal = 1.0 / (1.0 / env_fps + 1.0 / learner_fps[precision])
+            label = f"full loop ({name}):"
+            print(
+                f"{label:<34}{rows[-1][1].fps:10,.0f} frames/s "
+                f"({rows[-1][1].fps / ideal:.0%} of 1/(1/env + 1/learner) = {ideal:,.0f})",
+                flush=True,
+            )
+    print("\nfull loop, frames/s and mean time fractions (L learner, A actors, S server):")
+    print(_table(rows, default))
     sys.stdout.flush()
 
 

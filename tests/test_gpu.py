@@ -160,3 +160,99 @@ def test_training_on_cuda_runs_and_resumes(tmp_path: Path) -> None:
     last = json.loads(lines[-1])
     assert last["env/frames"] >= 40_000
     assert "resumed from" in (run_dir / "run.log").read_text()
+
+
+# ------------------------------------------------------------------ central inference on CUDA
+
+
+def test_the_server_answers_on_cuda_as_the_model_does_on_the_cpu() -> None:
+    """Requests of two actors served by one forward on the GPU (the published model's own
+    tensors), in fp32 and bf16: the CPU model's logits, up to rounding."""
+    import torch.multiprocessing as mp
+
+    from stampede.inference import RequestTable, ServerSetup, _Server
+
+    torch.manual_seed(0)
+    cpu_model = AtariNet((4, 84, 84), A)
+    spec = EnvSpec((4, 84, 84), np.dtype(np.uint8), A, 4)
+    for precision, tol in (("fp32", 1e-3), ("bf16", 5e-2)):
+        table = RequestTable(mp.get_context("spawn"), spec, 2, 4, 2, [])
+        g = torch.Generator().manual_seed(1)
+        obs = torch.randint(0, 256, (8, 4, 84, 84), generator=g, dtype=torch.uint8)
+        last_action = torch.randint(0, A, (8,), generator=g)
+        reward, done = torch.randn(8, generator=g), torch.zeros(8, dtype=torch.bool)
+        for actor in range(2):
+            client = table.client(actor)
+            for group, (lo, hi) in enumerate(table.groups):
+                rows = slice(actor * 4 + lo, actor * 4 + hi)
+                x = (obs[rows], last_action[rows], reward[rows], done[rows])
+                client.request(group, x, torch.zeros(hi - lo, dtype=torch.long), ())
+        setup = ServerSetup("cuda", 1.0, 0, 0.0, 1, precision)
+        server = _Server(setup, cpu_model.to("cuda"), table)
+        server._answer(*server._wait())
+        cpu_model.to("cpu")
+        assert table.stats()[0] == {"forwards": 1, "requests": 4, "observations": 8}
+        with torch.no_grad():
+            out = cpu_model(obs[None], last_action[None], reward.clamp(-1, 1)[None], done[None], ())
+        torch.testing.assert_close(table.logits, out.policy_logits[0], rtol=tol, atol=tol)
+
+
+def _gpu_pids() -> set[int] | None:
+    """PIDs with a CUDA context on the GPUs (nvidia-smi), or None without nvidia-smi."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {int(line) for line in out.split() if line.strip().isdigit()}
+
+
+def test_central_inference_on_cuda_trains_and_only_learner_and_server_hold_the_gpu(
+    tmp_path: Path,
+) -> None:
+    """``device=cuda`` with the default placement (auto: central): 4 actors step their envs
+    without a CUDA context; the learner and the inference server are the GPU's only processes."""
+    import re
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            f"hydra.run.dir={run_dir}",
+            "device=cuda",
+            "env=pong",
+            "runtime.num_actors=4",
+            "runtime.envs_per_actor=4",
+            "runtime.batch_size=16",
+            "logger.interval_s=2",
+            "logger.wandb.mode=disabled",
+            "total_frames=100000000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        metrics = run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + 300
+        while not metrics.exists() or len(metrics.read_text().splitlines()) < 3:
+            assert time.monotonic() < deadline, "no metrics"
+            assert proc.poll() is None, "the run ended"
+            time.sleep(1)
+        log = (run_dir / "run.log").read_text()
+        assert "inference central on cuda" in log
+        server = int(re.findall(r"inference server started \(pid (\d+)\)", log)[0])
+        pids = _gpu_pids()
+        if pids is not None:  # inside some containers nvidia-smi lists no pids at all
+            assert pids <= {proc.pid, server}, pids
+        last = json.loads(metrics.read_text().splitlines()[-1])
+        assert last["inference/batch_mean"] > 4  # more than one group per forward
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0

@@ -189,7 +189,9 @@ def test_the_batch_thread_is_joined_before_the_pool_stops(
     pool = _RecordingPool()
 
     def start_actors() -> _RecordingPool:
-        trainer.buffers = SimpleNamespace(gather=lambda indices, device: {"slots": indices})
+        trainer.buffers = SimpleNamespace(
+            gather_async=lambda indices, device: ({"s": indices}, None)
+        )
         return pool
 
     batches_gathered = 2 if prefetch else 1  # one in the queue, one waiting to go in

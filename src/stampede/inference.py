@@ -305,6 +305,7 @@ class InferenceServer:
             args=(self.setup, self.model, self.table),
         )
         self.process.start()
+        log.info("inference server started (pid %d)", self.process.pid)
 
     def dead(self) -> str | None:
         """Why the server is gone (and has been joined), or None while it runs."""

@@ -7,7 +7,8 @@ line):
 1. env-only ceiling: the same actor processes stepping the same vectorised envs with random
    actions and no model, in environment frames/s (frame skip included);
 2. learner-only ceiling: learner updates/s on synthetic batches of the configured shape, for
-   each precision (``--precisions``; with ``--compile`` also through ``torch.compile``);
+   each precision (``--precisions``), plain and through ``torch.compile`` (``--no-compile``:
+   plain only);
 3. the full loop (actors + learner) in frames/s, from its own metrics after a warm-up, for each
    inference placement (``--placements``: ``runtime.inference=actor|central``) and precision
    (``runtime.precision=fp32|bf16``), side by side, with the time budgets of the learner, the
@@ -15,7 +16,7 @@ line):
 
 then one table, the row of the configured default marked ``*``. Usage: ``python
 benchmarks/throughput.py [--seconds 30] [--placements actor central] [--precisions fp32 bf16]
-[--compile] [overrides...]``, e.g. ``device=cuda model=resnet``.
+[--no-compile] [overrides...]``, e.g. ``device=cuda model=resnet``.
 """
 
 from __future__ import annotations
@@ -179,7 +180,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="per measurement")
     parser.add_argument("--placements", nargs="+", default=["actor", "central"])
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
-    parser.add_argument("--compile", action="store_true", help="also the compiled learner")
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also the learner-only ceilings through torch.compile (--no-compile: not)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. device=cuda")
     args = parser.parse_args(argv)
     overrides = [

@@ -14,7 +14,8 @@ from pathlib import Path
 import hydra
 
 from stampede.cli import check_command_line
-from stampede.compose import register_configs, to_config
+from stampede.config.compose import register_configs, to_config
+from stampede.errors import RunFailure, UserError
 
 register_configs()
 
@@ -23,15 +24,9 @@ register_configs()
 def main(dict_config) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
-    from stampede.checkpoint import CheckpointError
-    from stampede.config_error import ConfigError
-    from stampede.envs import EnvError
-    from stampede.eval_run import evaluate_checkpoint
-    from stampede.evaluate import EvalError
-    from stampede.launch import train
-    from stampede.pool import ActorFailure
-    from stampede.run_lock import RunDirBusy
-    from stampede.runner import NumericalFailure
+    from stampede.eval.run import evaluate_checkpoint
+    from stampede.search import objective
+    from stampede.train.launch import train
 
     cfg = to_config(dict_config)
     try:
@@ -40,13 +35,13 @@ def main(dict_config) -> float | None:
             return None
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         train(cfg, run_dir)
-        value = cfg.search_objective.value(run_dir)  # what a sweep (Optuna, PBT) reads
+        value = objective.value(cfg.search_objective, run_dir)  # what a sweep reads
         logging.getLogger("stampede").info("objective %s = %.4g", cfg.objective, value)
         return value
-    except (ActorFailure, NumericalFailure) as failure:
+    except RunFailure as failure:
         logging.getLogger("stampede").error("%s", failure)
         raise SystemExit(1) from None
-    except (CheckpointError, ConfigError, EnvError, EvalError, RunDirBusy) as error:  # one line
+    except UserError as error:  # one line
         print(f"stampede: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 

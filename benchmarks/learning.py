@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stampede import learning_curve
-from stampede.learning_curve import LearningCurve
+from stampede.report.curves import LearningCurve
+from stampede.report import curves as learning_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def _read_csv(path: Path) -> LearningCurve:
 
 
 def _random_score(game: str) -> float | None:
-    from stampede.hns import load_reference
+    from stampede.report.hns import load_reference
 
     reference = load_reference()
     return reference[game].random if game in reference else None

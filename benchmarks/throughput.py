@@ -35,14 +35,14 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from stampede.buffers import rollout_spec
-from stampede.compose import load_config
-from stampede.config import Config
+from stampede.config.compose import load_config
+from stampede.config.models import model_factory
+from stampede.config.schema import Config
 from stampede.envs import env_spec, make_vec_env
-from stampede.learner import Learner
-from stampede.logging import read_metrics
-from stampede.model_config import model_factory
-from stampede.runner import Trainer
+from stampede.rundir.files import read_metrics
+from stampede.train.buffers import rollout_spec
+from stampede.train.learner import Learner
+from stampede.train.trainer import Trainer
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 # The time-budget columns of the table: (metric key, column title).

@@ -24,7 +24,7 @@ def sweep_jobs(overrides: Sequence[str], conf_dir: Path = CONF) -> list[list[str
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from stampede.compose import register_configs
+    from stampede.config.compose import register_configs
 
     register_configs()
     parser = OverridesParser.create()

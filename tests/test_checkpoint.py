@@ -11,11 +11,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from stampede import checkpoint, eval_run
-from stampede.checkpoint_state import check_fits, config_yaml, fingerprint
-from stampede.config import Config, EvalConfig
+from stampede.config.models import AtariNetConfig, MLPConfig
+from stampede.config.schema import Config, EvalConfig
 from stampede.envs import EnvError, EnvSettings, EnvSpec
-from stampede.model_config import AtariNetConfig, MLPConfig
+from stampede.eval import run as eval_run
+from stampede.rundir import checkpoint, files
+from stampede.rundir.checkpoint_state import check_fits, config_yaml, fingerprint
 
 
 def state(frames: int) -> dict:
@@ -39,7 +40,7 @@ def test_a_crash_inside_save_leaves_the_previous_checkpoint_newest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash_at: str
 ) -> None:
     checkpoint.save(tmp_path, 100, state(100), keep=1)
-    original = checkpoint._commit
+    original = files.commit
 
     def crash(tmp: Path, path: Path) -> None:
         if (crash_at == "checksum" and path.suffix == ".sha256") or (
@@ -48,7 +49,8 @@ def test_a_crash_inside_save_leaves_the_previous_checkpoint_newest(
             raise KeyboardInterrupt("killed")
         original(tmp, path)
 
-    monkeypatch.setattr(checkpoint, "_commit", crash)
+    monkeypatch.setattr(files, "commit", crash)  # the checksum's write_atomic
+    monkeypatch.setattr(checkpoint, "commit", crash)  # the checkpoint's rename
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save(tmp_path, 200, state(200), keep=1)
     monkeypatch.undo()

@@ -15,7 +15,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
 from omegaconf import DictConfig, OmegaConf
 
-from stampede.compose import GROUP_SCHEMAS, register_configs, to_config
+from stampede.config.compose import GROUP_SCHEMAS, register_configs, to_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = ("env", "model", "optim", "vtrace", "runtime", "logger", "infra")

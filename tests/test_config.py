@@ -20,14 +20,14 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch.nn import Linear
 
-from stampede import run_lock
+from stampede.config.checks import ConfigError
 from stampede.cli import check_command_line
-from stampede.compose import GROUP_SCHEMAS, register_configs, to_config
-from stampede.config import Config, OptimConfig, RuntimeConfig, VTraceConfig
-from stampede.config_error import ConfigError
+from stampede.config.compose import GROUP_SCHEMAS, register_configs, to_config
+from stampede.config.models import ENV_ARGUMENTS, model_factory, model_schema, network_class
+from stampede.config.schema import Config, OptimConfig, RuntimeConfig, VTraceConfig
 from stampede.envs import EnvSettings
-from stampede.model_config import ENV_ARGUMENTS, model_factory, model_schema, network_class
 from stampede.models import MLP
+from stampede.rundir import lock as run_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

@@ -18,13 +18,15 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from stampede import checkpoint, eval_run, report
-from stampede import evaluate as ev
-from stampede.config import Config, EvalConfig
+from stampede.config.models import MLPConfig, ResNetConfig, model_factory
+from stampede.config.schema import Config, EvalConfig
 from stampede.envs import EnvSettings, EnvSpec, VecStep, env_spec
-from stampede.eval_results import EvalRecord, write_eval
-from stampede.model_config import MLPConfig, ResNetConfig, model_factory
+from stampede.eval import protocol as ev
+from stampede.eval import run as eval_run
+from stampede.eval.results import EvalRecord, write_eval
 from stampede.models import MLP
+from stampede.report import report
+from stampede.rundir import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE: dict[str, Any] = {"kind": "gym", "gym_id": "CartPole-v1"}
@@ -179,7 +181,7 @@ def test_evaluate_run_overwrites_eval_json_and_appends_history(tmp_path: Path) -
 
 def test_training_config_is_rebuilt_with_the_model_schema_and_new_eval(tmp_path: Path) -> None:
     trained = Config(model=ResNetConfig(channels=[8, 8], num_blocks=1), seed=7, name="exp")
-    from stampede.checkpoint_state import config_yaml
+    from stampede.rundir.checkpoint_state import config_yaml
 
     state = {"config": config_yaml(trained)}
     new_eval = EvalConfig(episodes=5, video=True)
@@ -196,7 +198,7 @@ def test_training_config_missing_is_our_error(tmp_path: Path) -> None:
 
 def stored_config(cfg: Config, change: Callable[[DictConfig], None]) -> str:
     """The config text a checkpoint of ``cfg`` stores, edited by ``change``."""
-    from stampede.checkpoint_state import config_yaml
+    from stampede.rundir.checkpoint_state import config_yaml
 
     stored = OmegaConf.create(config_yaml(cfg))
     assert isinstance(stored, DictConfig)
@@ -343,7 +345,7 @@ def test_model_rebuilt_from_checkpoint_matches(tmp_path: Path) -> None:
     cfg = Config(env=EnvSettings(kind="gym", gym_id="CartPole-v1"), model=MLPConfig())
     spec = env_spec(**dataclasses.asdict(cfg.env))
     model = model_factory(cfg.model, spec.obs_shape, spec.num_actions)()
-    from stampede.checkpoint_state import config_yaml
+    from stampede.rundir.checkpoint_state import config_yaml
 
     state = {"config": config_yaml(cfg), "model": model.state_dict()}
     rebuilt_cfg = eval_run.training_config(
@@ -371,7 +373,7 @@ def test_eval_metrics_reach_every_sink_of_a_training_run(tmp_path: Path) -> None
     the offline W&B run and in the log, under the same names and with eval.json's numbers."""
     import wandb_records
 
-    from stampede.logging import read_metrics
+    from stampede.rundir.files import read_metrics
 
     run_dir = tmp_path / "run"
     trained = run_py(
@@ -405,8 +407,9 @@ def test_eval_metrics_reach_every_sink_of_a_training_run(tmp_path: Path) -> None
 def test_an_eval_video_goes_to_the_sinks_as_its_path(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from stampede.eval_results import VIDEO_KEY, eval_metrics
-    from stampede.logging import MetricLogger, read_metrics
+    from stampede.eval.results import VIDEO_KEY, eval_metrics
+    from stampede.rundir.files import read_metrics
+    from stampede.rundir.sinks import MetricLogger
 
     video = tmp_path / "videos" / "CartPole-v1_000000000500.mp4"
     evaluation = ev.Evaluation(returns=(10.0, 30.0), lengths=(10, 30), video=video)

@@ -1,4 +1,4 @@
-"""Experiments compose, take their games from stampede.atari57, and sweep as documented.
+"""Experiments compose, take their games from stampede.envs.games, and sweep as documented.
 
 The sweep expansion is Hydra's own (experiments/sweep_jobs.py): the experiment's
 ``hydra.sweeper.params`` resolved as the basic sweeper gets them (instantiating it resolves
@@ -15,11 +15,11 @@ from types import ModuleType
 import pytest
 import yaml
 
-from stampede import analysis
-from stampede.atari57 import ATARI5, atari57
-from stampede.compose import load_config
+from stampede.config.compose import load_config
+from stampede.config.models import ResNetConfig
 from stampede.envs import atari_games
-from stampede.model_config import ResNetConfig
+from stampede.envs.games import ATARI5, atari57
+from stampede.report import analysis
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -71,7 +71,7 @@ def test_experiment_composes_with_eval_at_end_and_wandb_tags(experiment: str) ->
     ("experiment", "games"), [("multitask_atari5", 5), ("multitask_atari57", 57)]
 )
 def test_multitask_experiments_train_one_agent_on_their_games(experiment: str, games: int) -> None:
-    from stampede.atari57 import ATARI5, atari57
+    from stampede.envs.games import ATARI5, atari57
 
     cfg = load_config(CONF, [f"+experiment={experiment}"])
     assert tuple(cfg.env.games) == (ATARI5 if games == 5 else atari57())

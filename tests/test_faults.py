@@ -19,8 +19,8 @@ import psutil
 import pytest
 import torch
 
-from stampede import checkpoint
-from stampede.logging import read_metrics
+from stampede.rundir import checkpoint
+from stampede.rundir.files import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -48,7 +48,7 @@ def run_py(
 
 
 def faulty(name: str) -> list[str]:
-    return ["env=gym", f"env.gym_id=stampede.testing:Stampede{name}-v0", *TINY]
+    return ["env=gym", f"env.gym_id=stampede.envs.testing:Stampede{name}-v0", *TINY]
 
 
 @pytest.mark.parametrize(

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from stampede import buffers
-from stampede.buffers import RolloutBuffers, rollout_spec
-from stampede.config import OptimConfig, VTraceConfig
+from stampede.config.schema import OptimConfig, VTraceConfig
 from stampede.envs import EnvSpec
-from stampede.learner import Learner
 from stampede.models import AtariNet
+from stampede.train import buffers
+from stampede.train.buffers import RolloutBuffers, rollout_spec
+from stampede.train.learner import Learner
 
 pytestmark = [
     pytest.mark.gpu,
@@ -170,7 +170,7 @@ def test_the_server_answers_on_cuda_as_the_model_does_on_the_cpu() -> None:
     tensors), in fp32 and bf16: the CPU model's logits, up to rounding."""
     import torch.multiprocessing as mp
 
-    from stampede.inference import RequestTable, ServerSetup, _Server
+    from stampede.train.inference import RequestTable, ServerSetup, _Server
 
     torch.manual_seed(0)
     cpu_model = AtariNet((4, 84, 84), A)

@@ -24,13 +24,14 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from stampede import learning_curve, runner
-from stampede.actor import LocalPolicy
-from stampede.compose import load_config
+from stampede.config.compose import load_config
 from stampede.envs import EnvSpec
-from stampede.inference import RequestTable, ServerSetup, _Server, env_groups
-from stampede.logging import read_metrics
 from stampede.models import MLP, ActorCritic
+from stampede.report import curves as learning_curve
+from stampede.rundir.files import read_metrics
+from stampede.train import trainer as runner
+from stampede.train.actor import LocalPolicy
+from stampede.train.inference import RequestTable, ServerSetup, _Server, env_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 OBS, A = 4, 3

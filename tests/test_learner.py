@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from stampede.config import OptimConfig, VTraceConfig
-from stampede.learner import Learner, _Undo
+from stampede.config.schema import OptimConfig, VTraceConfig
 from stampede.models import MLP
+from stampede.train.learner import Learner, _Undo
 
 T, B, OBS, A = 5, 3, 4, 2
 
@@ -27,11 +27,16 @@ def batch(seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
+# One step per batch unless a test asks for more; the loss without advantage scaling.
+OPTIM = OptimConfig(lr=1e-2, epochs=1, minibatches=1)
+VTRACE = VTraceConfig(lambda_=1.0, normalize_advantages=False, pg_clip=0.1)
+
+
 def learner(**optim: object) -> Learner:
     torch.manual_seed(0)
     model = MLP((OBS,), A, hidden_sizes=(8,))
-    cfg = dataclasses.replace(OptimConfig(name="adam", lr=1e-2, anneal_lr=False), **optim)
-    return Learner(model, VTraceConfig(pg_clip=0.1), cfg, total_frames=1000)
+    cfg = dataclasses.replace(OPTIM, **optim)
+    return Learner(model, VTRACE, cfg, total_frames=1000)
 
 
 def test_epochs_take_that_many_optimizer_steps_and_report_the_first(monkeypatch) -> None:
@@ -162,6 +167,8 @@ def test_a_nonfinite_later_step_keeps_the_update_up_to_it(monkeypatch, on_device
     metrics = three.update(batch(), frames=0)
     assert len(calls) == (3 if on_device else 2)
     assert_same(snapshot(three), snapshot(one))
+    assert metrics.pop("learner/skipped") == 1.0
+    assert first.pop("learner/skipped") == 0.0
     assert metrics == pytest.approx(first)
     assert (three.skipped, three.last_nonfinite) == (1, "loss/pg is nan")
 
@@ -243,10 +250,8 @@ def test_an_unknown_precision_names_the_key() -> None:
 def test_compile_trains_the_plain_module_the_same() -> None:
     torch.manual_seed(0)
     model = MLP((OBS,), A, hidden_sizes=(8,))
-    cfg = OptimConfig(name="adam", lr=1e-2, anneal_lr=False)
-    compiled = Learner(model, VTraceConfig(), cfg, total_frames=1000, compile=True)
+    compiled = Learner(model, VTRACE, OPTIM, total_frames=1000, compile=True)
     plain = learner()
-    plain.vtrace = compiled.vtrace
     assert compiled.model is model  # checkpoints and publishing see the plain module
     for seed in range(2):
         expected = plain.update(batch(seed), frames=0)

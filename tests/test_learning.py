@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stampede import learning_curve
+from stampede.report import curves as learning_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 

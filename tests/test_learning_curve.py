@@ -1,4 +1,4 @@
-"""The learning benchmark's figures (stampede.learning_curve, benchmarks/learning.py)."""
+"""The learning benchmark's figures (stampede.report.curves, benchmarks/learning.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stampede import learning_curve
+from stampede.report import curves as learning_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 

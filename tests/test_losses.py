@@ -1,4 +1,4 @@
-"""Tests for stampede.losses: values, analytic gradients, and the composed IMPALA loss."""
+"""Tests for stampede.algo.losses: values, analytic gradients, and the composed IMPALA loss."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from stampede import losses, vtrace
+from stampede.algo import losses, vtrace
 
 T, B, A = 3, 2, 4
 f64 = torch.float64

@@ -1,5 +1,5 @@
 """The notebooks run top to bottom on a small synthetic sweep (so they cannot rot), stay free of
-stored outputs, and the stampede.analysis helpers they rely on compute what they claim."""
+stored outputs, and the stampede.report.analysis helpers they rely on compute what they claim."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stampede import analysis, hns
-from stampede.checkpoint_state import config_yaml
-from stampede.config import Config
+from stampede.config.schema import Config
 from stampede.envs import EnvSettings
-from stampede.eval_results import EvalRecord, write_eval
-from stampede.evaluate import Evaluation
+from stampede.eval.protocol import Evaluation
+from stampede.eval.results import EvalRecord, write_eval
+from stampede.report import analysis, hns
+from stampede.rundir.checkpoint_state import config_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = {

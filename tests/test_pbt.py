@@ -1,4 +1,4 @@
-"""Population-based training: the controller's decisions (``stampede.pbt``) and a whole population
+"""Population-based training: the controller's decisions (``stampede.search.pbt``) and a whole population
 on CartPole through ``python run.py +experiment=pbt_pong`` (the sweeper ``hydra/sweeper=pbt``)."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import pytest
 import torch
 from wandb_records import history
 
-from stampede import checkpoint, pbt
-from stampede.config_error import ConfigError
-from stampede.logging import WANDB_ID_FILE, read_metrics
+from stampede.config.checks import ConfigError
+from stampede.rundir import checkpoint
+from stampede.rundir.files import WANDB_ID_FILE, read_metrics
+from stampede.search import pbt
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUNDS = {

@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from stampede import checkpoint_state, vtrace
-from stampede.checkpoint import CheckpointError
-from stampede.config import Config, OptimConfig, VTraceConfig
+from stampede.algo import vtrace
+from stampede.algo.losses import impala_loss
+from stampede.algo.popart import PopArt
+from stampede.config.schema import Config, OptimConfig, VTraceConfig
 from stampede.envs import EnvSpec
-from stampede.learner import Learner
-from stampede.losses import impala_loss
 from stampede.models import MLP
-from stampede.popart import PopArt
+from stampede.rundir import checkpoint_state
+from stampede.rundir.checkpoint import CheckpointError
+from stampede.train.learner import Learner
 
 T, B, OBS, A, K = 5, 6, 4, 3, 3
 TASK = torch.tensor([0, 0, 1, 1, 2, 2])  # [B]: the task of each trajectory
@@ -185,7 +186,7 @@ def test_resume_restores_the_statistics_exactly(tmp_path: Path) -> None:
 
 
 def test_popart_settings_are_checked() -> None:
-    from stampede.config_error import ConfigError
+    from stampede.config.checks import ConfigError
 
     with pytest.raises(ConfigError, match=r"vtrace.popart_step_size"):
         VTraceConfig(popart=True, popart_step_size=0.0)

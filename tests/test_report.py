@@ -1,5 +1,5 @@
-"""The Atari-57 results table (stampede.hns), the report of a sweep (stampede.report: every bad
-input one line and exit 2) and the game list (stampede.atari57)."""
+"""The Atari-57 results table (stampede.report.hns), the report of a sweep (stampede.report.report: every bad
+input one line and exit 2) and the game list (stampede.envs.games)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from stampede import atari57 as atari57_module
-from stampede import hns, report
-from stampede.atari57 import ATARI5, ATARI57, IMPALA_SCORES_CSV, RANDOM_HUMAN_CSV, read_data_csv
+from stampede.envs import games as atari57_module
+from stampede.envs.games import ATARI5, ATARI57, IMPALA_SCORES_CSV, RANDOM_HUMAN_CSV, read_data_csv
+from stampede.report import hns, report
 
 # A partial sweep: 3 games x 2 seeds, scores chosen so means and stds are easy to check.
 SWEEP_SCORES = {
@@ -120,7 +120,7 @@ def test_game_lists() -> None:
 
 
 def test_importing_atari57_reads_no_file() -> None:
-    code = "import stampede.atari57 as m; print(m.atari57.cache_info().currsize)"
+    code = "import stampede.envs.games as m; print(m.atari57.cache_info().currsize)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "0"
 

@@ -16,11 +16,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from stampede import checkpoint, run_lock, runner
-from stampede.checkpoint import CheckpointError
-from stampede.compose import load_config
-from stampede.runner import Trainer
-from stampede.train_metrics import Window
+from stampede.config.compose import load_config
+from stampede.rundir import checkpoint
+from stampede.rundir import lock as run_lock
+from stampede.rundir.checkpoint import CheckpointError
+from stampede.train import trainer as runner
+from stampede.train.trainer import Trainer
+from stampede.train.window import Window
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -64,7 +66,7 @@ def test_a_fresh_run_starts_from_its_seed(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_one_actor_per_cpu_of_the_allocation_not_of_the_machine() -> None:
     """Under taskset (or a SLURM allocation) num_actors=0 counts the CPUs we may use."""
-    code = "from stampede.config import RuntimeConfig; print(RuntimeConfig().actors)"
+    code = "from stampede.config.schema import RuntimeConfig; print(RuntimeConfig().actors)"
     out = subprocess.run(
         ["taskset", "-c", "0", sys.executable, "-c", code],
         capture_output=True,

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from stampede.logging import read_metrics
+from stampede.rundir.files import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = [

@@ -16,9 +16,10 @@ import numpy as np
 import psutil
 import pytest
 
-from stampede import checkpoint, learning_curve
-from stampede.logging import read_metrics
-from stampede.timing import ACTOR_STAGES, LEARNER_STAGES
+from stampede.report import curves as learning_curve
+from stampede.rundir import checkpoint
+from stampede.rundir.files import read_metrics
+from stampede.train.timing import ACTOR_STAGES, LEARNER_STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,7 +110,7 @@ def test_image_path_learns_with_the_default_learner(tmp_path: Path) -> None:
     proc = run_py(
         run_dir,
         "env=gym",
-        "env.gym_id=stampede.testing:StampedeSpot-v0",
+        "env.gym_id=stampede.envs.testing:StampedeSpot-v0",
         "model=shallow",
         "runtime.num_actors=1",
         "runtime.envs_per_actor=8",
@@ -258,7 +259,7 @@ def test_actor_exception_stops_run_with_traceback(tmp_path: Path) -> None:
     proc = run_py(
         run_dir,
         "env=gym",
-        "env.gym_id=stampede.testing:StampedeCrash-v0",
+        "env.gym_id=stampede.envs.testing:StampedeCrash-v0",
         "model=mlp",
         "runtime.num_actors=2",
         "runtime.envs_per_actor=2",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stampede.compose import load_config
-from stampede.config_error import ConfigError
+from stampede.config.checks import ConfigError
+from stampede.config.compose import load_config
 
 optuna = pytest.importorskip("optuna")
 
@@ -116,7 +116,7 @@ def test_objective_key_is_checked_before_anything_runs() -> None:
 def test_tune_pong_composes_as_documented() -> None:
     from hydra import compose, initialize_config_dir
 
-    from stampede.compose import register_configs
+    from stampede.config.compose import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from stampede import buffers
-from stampede.buffers import RolloutBuffers, rollout_spec
 from stampede.envs import EnvSpec
-from stampede.timing import ACTOR_STAGES
+from stampede.train import buffers
+from stampede.train.buffers import RolloutBuffers, rollout_spec
+from stampede.train.timing import ACTOR_STAGES
 
 T, E, OBS, A, H, SLOTS = 3, 2, 4, 5, 6, 5  # unroll, envs per actor, obs size, actions, LSTM
 ENV = EnvSpec(obs_shape=(OBS,), obs_dtype=np.dtype(np.float32), num_actions=A, frames_per_step=1)

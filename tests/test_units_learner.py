@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from stampede.config import OptimConfig, VTraceConfig
-from stampede.learner import Learner
+from stampede.config.schema import OptimConfig, VTraceConfig
 from stampede.models import ActorCritic
+from stampede.train.learner import Learner
 
 T, OBS, A = 2, 3, 3
 LR = 0.1
@@ -31,7 +31,11 @@ VT = {
     "baseline_cost": 0.5,
     "entropy_cost": 0.01,
     "reward_clip": 1.0,
+    "normalize_advantages": False,  # the paper's loss, one step per batch
+    "pg_clip": 0.0,
 }
+# The paper's optimizer (optim=rmsprop): one step per batch.
+PAPER_OPTIM = {"name": "rmsprop", "eps": 0.01, "epochs": 1, "minibatches": 1}
 # pi(a_t|x_t) / mu(a_t|x_t) of each [t, b]: above every clip, between the clips, below them.
 RATIOS = [[2.0, 0.8], [0.6, 1.3]]
 
@@ -145,7 +149,7 @@ def tiny_batch(model: Linear, columns: int) -> dict[str, torch.Tensor]:
 
 
 def learner(model: Linear, sgd: bool, **optim) -> Learner:
-    cfg = OptimConfig(lr=LR, **{"anneal_lr": False, "grad_clip": 0.0, **optim})
+    cfg = OptimConfig(lr=LR, **{**PAPER_OPTIM, "anneal_lr": False, "grad_clip": 0.0, **optim})
     lrn = Learner(model, VTraceConfig(**VT), cfg, total_frames=TOTAL_FRAMES)
     if sgd:  # plain theta <- theta - lr * g; the learner still sets each step's lr
         lrn.optimizer = torch.optim.SGD(model.parameters(), lr=123.0)
@@ -200,12 +204,12 @@ def test_the_step_clips_the_global_gradient_norm() -> None:
         torch.testing.assert_close(p1, p0 - LR * g * (clip / norm), rtol=1e-5, atol=1e-6)
 
 
-def test_the_default_optimizer_takes_tf1_rmsprops_first_step() -> None:
-    """optim defaults (rmsprop, tf_style): ms_1 = alpha + (1 - alpha) g^2 from ms_0 = 1."""
+def test_rmsprop_takes_tf1_rmsprops_first_step() -> None:
+    """optim=rmsprop (tf_style): ms_1 = alpha + (1 - alpha) g^2 from ms_0 = 1."""
     model = tiny_model()
     batch = tiny_batch(model, 2)
     _, before, grads = hand_gradient(model, batch)
-    cfg = OptimConfig()
+    cfg = OptimConfig(**PAPER_OPTIM)
     _, after = after_update(model, learner(model, sgd=False), batch)
     for p0, g, p1 in zip(before, grads, after, strict=True):
         ms = cfg.alpha + (1 - cfg.alpha) * g**2

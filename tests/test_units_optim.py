@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from stampede.optim import RMSpropTF, linear_lr
+from stampede.algo.optim import RMSpropTF, linear_lr
 
 
 def tf1_rmsprop(theta0, grads, lrs, decay, eps, momentum):

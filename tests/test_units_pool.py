@@ -1,6 +1,6 @@
 """`ActorPool` reclaims the slots of an actor that dies or hangs, with fake actors (no envs).
 
-A fake actor speaks the pool's protocol (`stampede.actor.run_actor`): it receives slot indices
+A fake actor speaks the pool's protocol (`stampede.train.actor.run_actor`): it receives slot indices
 on its pipe (None: stop) and answers ``("full", index)`` or ``("error", traceback)``. A healthy
 one fills every step of the slot with its own mark; a faulty one first scribbles a poison value
 into the slot, as a crash in mid-rollout would, then dies or hangs. The learner side of the
@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import torch
 
-from stampede import pool as pool_module
-from stampede.actor import ActorSetup
-from stampede.buffers import RolloutBuffers, rollout_spec
 from stampede.envs import EnvSpec
-from stampede.pool import SLOTS_PER_ACTOR, ActorFailure, ActorPool
+from stampede.train import pool as pool_module
+from stampede.train.actor import ActorSetup
+from stampede.train.buffers import RolloutBuffers, rollout_spec
+from stampede.train.pool import SLOTS_PER_ACTOR, ActorFailure, ActorPool
 
 T, E, SLOTS_PER_BATCH = 3, 2, 2
 ENV = EnvSpec(obs_shape=(2,), obs_dtype=np.dtype(np.float32), num_actions=2, frames_per_step=1)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from stampede.timing import StageClock
+from stampede.train.timing import StageClock
 
 
 def test_a_lap_inside_a_stage_splits_it_between_the_two_laps() -> None:

@@ -1,4 +1,4 @@
-"""Tests for stampede.vtrace against the IMPALA paper (arXiv 1802.01561, section 4, eq. 1)."""
+"""Tests for stampede.algo.vtrace against the IMPALA paper (arXiv 1802.01561, section 4, eq. 1)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from stampede import vtrace
+from stampede.algo import vtrace
 
 T, B = 20, 32
 

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stampede import run_lock
-from stampede.compose import load_config, unknown_key
-from stampede.config import Config
-from stampede.config_error import ConfigError
+from stampede.config.checks import ConfigError
+from stampede.config.compose import load_config, unknown_key
+from stampede.config.models import model_factory
+from stampede.config.schema import Config
 from stampede.envs import EnvError
-from stampede.model_config import model_factory
+from stampede.rundir import lock as run_lock
 
 _OTHER_CONFIG_FLAGS = {
     "--config-path",

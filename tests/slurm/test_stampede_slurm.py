@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from stampede import checkpoint
-from stampede.logging import WANDB_ID_FILE, read_metrics
+from stampede.rundir import checkpoint
+from stampede.rundir.files import WANDB_ID_FILE, read_metrics
 
 from .conftest import LocalSlurm, run_cmd
 

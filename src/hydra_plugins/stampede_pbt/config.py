@@ -1,4 +1,4 @@
-"""``hydra/sweeper=pbt``: the population's settings (read by ``stampede.pbt.Settings``)."""
+"""``hydra/sweeper=pbt``: the population's settings (read by ``stampede.search.pbt.Settings``)."""
 
 from dataclasses import dataclass, field
 

@@ -1,4 +1,4 @@
-"""The PBT controller as a Hydra sweeper (the decisions and the state: ``stampede.pbt``).
+"""The PBT controller as a Hydra sweeper (the decisions and the state: ``stampede.search.pbt``).
 
 Each round launches every member through the configured launcher, as one job with the command
 line's overrides plus the member's: ``seed`` (+ member index), ``total_frames`` (the round's end),
@@ -26,11 +26,11 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from stampede import pbt
-from stampede.compose import to_config
-from stampede.config import Config
-from stampede.config_error import ConfigError
-from stampede.logging import WandbSink
+from stampede.config.checks import ConfigError
+from stampede.config.compose import to_config
+from stampede.config.schema import Config
+from stampede.rundir.sinks import WandbSink
+from stampede.search import objective, pbt
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +119,8 @@ class PBTSweeper(Sweeper):
             _ = result.return_value  # a failed member stops the controller, with its error
         dirs = [pbt.member_dir(sweep_dir, k) for k in range(settings.members)]
         starts = population.start_frames()
-        objective = cfg.search_objective
-        scores = [objective.value(d, since_frames=f) for d, f in zip(dirs, starts, strict=True)]
+        wanted = cfg.search_objective
+        scores = [objective.value(wanted, d, f) for d, f in zip(dirs, starts, strict=True)]
         for k, score in enumerate(scores):
             if math.isnan(score):
                 log.warning(

@@ -6,8 +6,8 @@ actors' contract: ``make_vec_env(num_envs=E, seed=s, **dataclasses.asdict(cfg.en
 true game return where a game ended). ``env_spec`` reads the spaces without building a vector.
 """
 
-from stampede.envs.atari import atari_games
 from stampede.envs.factory import env_spec, make_vec_env, resolve_backend
+from stampede.envs.roms import atari_games
 from stampede.envs.settings import BACKENDS, ENV_KINDS, EnvSettings
 from stampede.envs.spec import EnvError, EnvSpec, VecEnv, VecStep
 

@@ -1,6 +1,6 @@
 """Every ``env.*`` setting, once: its name, its default and its check.
 
-``EnvSettings`` is the ``env`` group's schema in ``stampede.config`` (Hydra composes into it and
+``EnvSettings`` is the ``env`` group's schema in ``stampede.config.schema`` (Hydra composes into it and
 ``__post_init__`` checks the result before any process starts) and what every backend here is
 built from, so a setting cannot drift between the config and the environments.
 
@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from stampede.envs.atari import rom_path
+from stampede.envs.roms import rom_path
 from stampede.envs.spec import EnvError
 
 ENV_KINDS = ("atari", "gym")

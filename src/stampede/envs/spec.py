@@ -12,8 +12,10 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from stampede.errors import UserError
 
-class EnvError(ValueError):
+
+class EnvError(UserError, ValueError):
     """A bad environment setting; the message names the ``env.*`` key and what was expected."""
 
 

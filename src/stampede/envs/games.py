@@ -1,0 +1,72 @@
+"""The Atari-57 game list, as ALE ROM ids (the names `env.game` takes).
+
+The list is read from the package's copy of the IMPALA paper's per-game scores
+(Espeholt et al. 2018, arXiv 1802.01561, Table C.1), so that the games we train, the games
+we report on and the paper's table can never drift apart. Nothing is read at import: the
+file is read the first time `atari57()` (or the module attribute `ATARI57`) is used.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+from collections.abc import Callable, Mapping
+from importlib import resources
+
+IMPALA_SCORES_CSV = "impala_deep_atari57_scores.csv"
+RANDOM_HUMAN_CSV = "atari57_random_human_scores.csv"
+
+# A 5-game subset for quick checks: the easy-to-learn classics of the DQN papers
+# (Mnih et al. 2013/2015), where a working IMPALA clearly beats random within a few million
+# frames. Not the "Atari-5" of Aitchison et al. 2022 (battle_zone, double_dunk,
+# name_this_game, phoenix, qbert), which is chosen to predict the 57-game median instead.
+ATARI5: tuple[str, ...] = ("beam_rider", "breakout", "pong", "qbert", "space_invaders")
+
+
+def read_data_csv(filename: str) -> list[dict[str, str]]:
+    """Rows of a CSV shipped in `stampede/data/`, as dicts keyed by the header.
+
+    Lines starting with `#` are source and provenance notes, not data, and are skipped.
+    """
+    path = resources.files("stampede").joinpath("data", filename)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"stampede data file {filename!r} not found in the installed package "
+            f"(expected it in stampede/data/; reinstall with `pip install -e .`)"
+        ) from err
+    data_lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    return list(csv.DictReader(data_lines))
+
+
+@functools.cache
+def atari57() -> tuple[str, ...]:
+    """The 57 Atari games as ALE ROM ids, in the order of the paper's table (alphabetical)."""
+    games = tuple(row["ale_id"] for row in read_data_csv(IMPALA_SCORES_CSV))
+    if len(games) != 57 or len(set(games)) != 57:
+        raise ValueError(
+            f"{IMPALA_SCORES_CSV} must list 57 distinct games, got {len(set(games))} distinct "
+            f"of {len(games)} rows"
+        )
+    return games
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # Module attribute computed on first use (PEP 562), so importing this module reads no file.
+    if name == "ATARI57":
+        return atari57()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+GAME_SETS: Mapping[str, Callable[[], tuple[str, ...]]] = {
+    "atari57": atari57,
+    "atari5": lambda: ATARI5,
+}
+
+
+def games(name: str) -> tuple[str, ...]:
+    """The ALE ids of a named game set (``atari57``, ``atari5``)."""
+    if name not in GAME_SETS:
+        raise ValueError(f"unknown game set {name!r}; known: {', '.join(GAME_SETS)}")
+    return GAME_SETS[name]()

@@ -1,0 +1,144 @@
+"""The learning benchmark's numbers: mean return of the last N games against frames and time.
+
+A run's ``episodes.jsonl`` has one line per finished game (``env/frames``, ``time/elapsed_s``,
+``env/episode_return``; in a multi-task run ``env/<game>/episode_return`` and
+``env/<game>/frames``, the frames of that game, against which its curve is drawn). `from_run`
+turns it into the curve the learning benchmark reports (``make learn``,
+``benchmarks/learning.py``): after each game, the mean return of the last ``window`` games (100,
+as the Atari literature reports), `crossings` reads off the frames and training seconds at which
+that mean first reached given returns, and `write_csv` / `plot` put it in ``docs/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from stampede.report.analysis import _pyplot, smooth
+from stampede.rundir.files import read_episodes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+WINDOW = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class LearningCurve:
+    """After each finished game i: frames [N], training seconds [N], games so far [N] and the
+    mean return of the last ``window`` games [N] (NaN until ``window`` games have ended)."""
+
+    frames: np.ndarray
+    elapsed_s: np.ndarray
+    games: np.ndarray
+    mean_return: np.ndarray
+    window: int
+
+    @property
+    def final(self) -> float:
+        """The mean return of the last ``window`` games of the run (NaN if it has fewer)."""
+        return float(self.mean_return[-1]) if len(self.mean_return) else math.nan
+
+
+def from_run(run_dir: str | Path, window: int = WINDOW, game: str | None = None) -> LearningCurve:
+    """The learning curve of a run directory, from its ``episodes.jsonl`` (the games of the
+    history it kept across restarts: `stampede.report.analysis.surviving_rows`); with ``game``, that
+    game's curve in a multi-task run, against the frames of that game alone."""
+    frames, elapsed, returns = episodes(run_dir, game)
+    mean = smooth(returns, window) if len(returns) else returns
+    games = np.arange(1, len(returns) + 1)
+    mean[games < window] = math.nan  # a mean over fewer games is not the benchmark's figure
+    return LearningCurve(frames, elapsed, games, mean, window)
+
+
+def episodes(run_dir: str | Path, game: str | None = None) -> tuple[np.ndarray, ...]:
+    """(frames [N], training seconds [N], returns [N]) of the run's finished games, in order, of
+    the history it kept across restarts; with ``game``, that game's games of a multi-task run
+    against the frames of that game alone."""
+    prefix = f"env/{game}" if game else "env"
+    rows = [r for r in read_episodes(Path(run_dir)) if f"{prefix}/episode_return" in r]
+    frames = np.array([r[f"{prefix}/frames"] for r in rows], dtype=np.float64)
+    elapsed = np.array([r.get("time/elapsed_s", math.nan) for r in rows], dtype=np.float64)
+    returns = np.array([r[f"{prefix}/episode_return"] for r in rows], dtype=np.float64)
+    return frames, elapsed, returns
+
+
+@dataclasses.dataclass(frozen=True)
+class Crossing:
+    """Where the curve first reached ``threshold``: frames and training seconds (None: never)."""
+
+    threshold: float
+    frames: float | None
+    elapsed_s: float | None
+
+
+def crossings(curve: LearningCurve, thresholds: Iterable[float]) -> list[Crossing]:
+    """For each threshold, the first game after which the mean return was >= it."""
+    out = []
+    for threshold in thresholds:
+        hits = np.flatnonzero(curve.mean_return >= threshold)  # NaN compares False
+        if len(hits):
+            i = int(hits[0])
+            out.append(Crossing(threshold, float(curve.frames[i]), float(curve.elapsed_s[i])))
+        else:
+            out.append(Crossing(threshold, None, None))
+    return out
+
+
+def write_csv(curve: LearningCurve, path: str | Path, every_frames: int = 50_000) -> Path:
+    """The curve as CSV (frames, elapsed_s, games, mean_return_last<window>), one row at the
+    first game at or after each multiple of ``every_frames`` and one at the last game."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keep = np.zeros(len(curve.frames), dtype=bool)
+    if len(keep):
+        bucket = (curve.frames // every_frames).astype(np.int64)
+        keep[np.flatnonzero(np.diff(bucket, prepend=-1))] = True
+        keep[-1] = True
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["frames", "elapsed_s", "games", f"mean_return_last{curve.window}"])
+        for i in np.flatnonzero(keep):
+            mean = curve.mean_return[i]
+            writer.writerow(
+                [
+                    int(curve.frames[i]),
+                    f"{curve.elapsed_s[i]:.1f}",
+                    int(curve.games[i]),
+                    "" if math.isnan(mean) else f"{mean:.3f}",
+                ]
+            )
+    return path
+
+
+def plot(
+    curves: Mapping[str, LearningCurve],
+    title: str,
+    thresholds: Sequence[float] = (),
+    random_score: float | None = None,
+) -> Figure:
+    """One panel: each named curve's mean return of the last games against frames."""
+    plt = _pyplot()
+    from matplotlib.ticker import EngFormatter
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    for name, curve in curves.items():
+        ax.plot(curve.frames, curve.mean_return, lw=1.8, label=name)
+    for threshold in thresholds:
+        ax.axhline(threshold, ls="--", color="grey", lw=0.8)
+    if random_score is not None:
+        ax.axhline(random_score, ls=":", color="black", lw=1.0, label="random play")
+    window = next(iter(curves.values())).window if curves else WINDOW
+    ax.xaxis.set_major_formatter(EngFormatter())
+    ax.set_xlabel("environment frames (frame skip included)")
+    ax.set_ylabel(f"mean return of the last {window} games")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    return fig

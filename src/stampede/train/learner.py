@@ -1,0 +1,403 @@
+"""The learner step: batch -> V-trace losses -> clipped optimizer step -> metrics.
+
+IMPALA (Espeholt et al. 2018): the learner evaluates the current policy pi on trajectories that
+behaviour policies mu produced, corrects the lag with V-trace (section 4), and updates with the
+policy-gradient, baseline and entropy losses. The learning rate decays linearly to 0 over
+``total_frames`` (the paper's schedule) and the global gradient norm is clipped.
+
+With ``optim.epochs > 1`` the learner takes several steps on each batch, keeping the V-trace
+targets and advantages of the first (as PPO keeps its advantages across epochs: recomputed
+with a value head that has just fitted this batch they shrink towards noise); ``vtrace.pg_clip``
+then keeps the policy within a PPO-style trust region around the policy it had when the batch
+arrived. ``optim.epochs: 1``
+(the paper) is one step per batch, and the clip has no effect.
+
+The update reads nothing to the host until its end, so a GPU runs its steps back to back: the
+metrics stay device tensors and are read once per update, and off the CPU a step whose loss or
+gradient is not finite is undone on the device (`_Undo`) instead of being tested on the host
+first. With
+``runtime.precision: bf16`` the network's forward runs under autocast in bfloat16; V-trace and
+the losses stay in float32. ``runtime.compile`` runs that forward through `torch.compile`.
+
+With PopArt (``vtrace.popart``, ``stampede.algo.popart``) the network's baseline outputs are normalised
+per task: each batch first moves the task statistics towards its V-trace targets (rescaling the
+baseline head so that the unnormalised values stay as they were), then the losses are computed
+in normalised space.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from stampede.algo.losses import METRIC_KEYS, impala_loss_stats
+from stampede.algo.optim import build_optimizer, linear_lr
+from stampede.algo.popart import PopArt
+from stampede.algo.vtrace import VTraceReturns
+from stampede.config.schema import OptimConfig, VTraceConfig
+from stampede.errors import RunFailure
+from stampede.models import ActorCritic, ModelOutput, clip_reward
+from stampede.train import buffers
+from stampede.train.timing import LEARNER_STAGES, StageClock
+
+log = logging.getLogger("stampede")
+
+# One optimizer step's stats, in this order: the loss's metrics, then the gradient norm before
+# clipping. A step is skipped when a term of _GUARDED or the gradient norm is not finite.
+STEP_KEYS = (*METRIC_KEYS, "learner/grad_norm")
+_GUARDED = ("loss/pg", "loss/baseline", "loss/entropy")
+assert METRIC_KEYS[: len(_GUARDED)] == _GUARDED  # the device checks them as stats[:3]
+
+
+class _Arrival(NamedTuple):
+    """The batch as the learner first saw it: its policy logits pi_logits_t [T, B, A] and V-trace
+    returns, kept for the later steps on that batch (``optim.epochs > 1``)."""
+
+    pi_logits_t: Tensor
+    returns: VTraceReturns
+
+    def columns(self, index: Tensor) -> _Arrival:
+        """The same for the trajectories ``index`` of the batch ([T, B] -> [T, len(index)])."""
+        r = self.returns
+        return _Arrival(
+            self.pi_logits_t.index_select(1, index),
+            r._replace(
+                vs=r.vs.index_select(1, index),
+                pg_advantages=r.pg_advantages.index_select(1, index),
+                log_rhos=r.log_rhos.index_select(1, index),
+            ),
+        )
+
+
+def _task(batch: dict[str, Tensor]) -> Tensor:
+    """The task id of every step, [T + 1, B] (all 0 for a batch without one: a single task)."""
+    if "task" in batch:
+        return batch["task"]
+    return torch.zeros_like(batch["action"])
+
+
+def _columns(batch: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
+    """Trajectories ``index`` of a batch: time-major fields [T + 1, B, ...] and the LSTM state
+    [layers, B, H] keep those columns; per-slot fields (``buffers.PER_SLOT``) stay whole."""
+    return {
+        name: t if name in buffers.PER_SLOT else t.index_select(1, index)
+        for name, t in batch.items()
+    }
+
+
+def _part(
+    batch: dict[str, Tensor], arrival: _Arrival | None, columns: Tensor | None
+) -> tuple[dict[str, Tensor], _Arrival | None]:
+    """The trajectories ``columns`` of the batch and of its arrival (None: the whole batch)."""
+    if columns is None:
+        return batch, arrival
+    return _columns(batch, columns), arrival.columns(columns) if arrival is not None else None
+
+
+def _split(width: int, splits: int, device: torch.device) -> tuple[Tensor, ...]:
+    """A random split of B = ``width`` trajectories into ``splits`` index tensors on ``device``.
+    Drawn on the CPU (the learner's RNG stream, whatever the device); a CUDA copy goes through
+    pinned memory, so it does not wait for the GPU."""
+    perm = torch.randperm(width)
+    if device.type == "cuda":
+        perm = perm.pin_memory().to(device, non_blocking=True)
+    return perm.chunk(splits)
+
+
+class _Undo:
+    """What one optimizer step may change, saved before it, so that a step found non-finite on
+    the device can be undone without reading anything to the host.
+
+    The parameters and the optimizer state on the flag's device are put back at once,
+    ``torch.where(ok, after, before)`` (`unless`); what lives elsewhere (each group's lr; torch
+    Adam counts its steps in CPU tensors for CUDA parameters) is put back by `restore`, once the
+    update has read its flags, for the first skipped step (the later ones are undone on the
+    device: their flag stays false).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+        self.groups = optimizer.param_groups
+        self.lrs = [g["lr"] for g in self.groups]
+        params = [p for g in self.groups for p in g["params"]]
+        state = optimizer.state
+        tensors = params + [
+            v for p in params for v in state.get(p, {}).values() if isinstance(v, Tensor)
+        ]
+        with torch.no_grad():
+            self.here = [(t, t.clone()) for t in tensors if t.device == device]
+            self.elsewhere = [(t, t.clone()) for t in tensors if t.device != device]
+
+    @torch.no_grad()
+    def unless(self, ok: Tensor) -> None:
+        """After the step: keep it where ``ok`` (a [] bool on the device), else put back."""
+        for t, before in self.here:
+            torch.where(ok, t, before, out=t)
+        self.here = []  # the copies are not needed any more
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """The step was skipped: put back the host side too."""
+        for group, lr in zip(self.groups, self.lrs, strict=True):
+            group["lr"] = lr
+        for t, before in self.elsewhere:
+            t.copy_(before)
+
+
+class _Taken(NamedTuple):
+    """One step of an update, for `Learner._finish`."""
+
+    stats: Tensor  # [len(STEP_KEYS)] on the device, not read yet
+    undo: _Undo | None  # what to put back if it is the first skipped step; None: host-decided
+    skipped: bool  # known on the host to be skipped: the update stops there
+
+
+class NumericalFailure(RunFailure):
+    """Too many consecutive updates had a non-finite loss or gradient."""
+
+
+class Learner:
+    """Owns the model and its optimizer; ``update`` does one step on a [T + 1, B] batch.
+
+    ``precision`` (``runtime.precision``): "fp32", or "bf16" to run the network's forward under
+    `torch.autocast` in bfloat16 (its outputs are cast back to float32 for V-trace and the
+    losses; the parameters, gradients and optimizer stay float32). ``compile``
+    (``runtime.compile``): run that forward through ``torch.compile(model)``, compiled at its
+    first call; ``self.model`` stays the plain module (checkpoints, publishing, evaluation).
+    """
+
+    def __init__(
+        self,
+        model: ActorCritic,
+        vtrace: VTraceConfig,
+        optim: OptimConfig,
+        total_frames: int,
+        reduce_gradients: Callable[[list[Tensor]], None] | None = None,
+        popart: PopArt | None = None,
+        *,
+        precision: str = "fp32",
+        compile: bool = False,
+        max_nonfinite_updates: int = 0,
+    ) -> None:
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"runtime.precision must be fp32 or bf16 here, got {precision!r}")
+        self.model = model
+        self.popart = popart  # per-task value normalisation, or None
+        self.precision = precision
+        # The loss's forward; torch.compile wraps the module and shares its parameters.
+        self._forward: Callable[..., ModelOutput] = torch.compile(model) if compile else model
+        o = optim
+        self.optimizer = build_optimizer(
+            model.parameters(),
+            o.name,
+            o.lr,
+            eps=o.eps,
+            alpha=o.alpha,
+            momentum=o.momentum,
+            tf_style=o.tf_style,
+            betas=o.betas,
+            weight_decay=o.weight_decay,
+        )
+        self.vtrace = vtrace
+        self.optim = optim
+        self.total_frames = total_frames
+        self.reduce_gradients = reduce_gradients  # all-reduce across ranks (distributed runs)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.skipped = 0  # updates skipped for a non-finite loss or gradient, in all
+        self.consecutive_skips = 0
+        self.last_nonfinite = ""  # what went non-finite last, e.g. "loss/baseline is nan"
+        self.max_nonfinite_updates = max_nonfinite_updates  # in a row stop the run; 0: never
+        # Off the CPU a step's finiteness is not read before the step (that would wait for the
+        # device at every step): a non-finite step is undone there instead (`_Undo`). On the CPU
+        # the read is free and skipping is cheaper than saving and undoing.
+        self.undo_on_device = self.params[0].device.type != "cpu"
+        # The learner process's time budget; the runner times the stages outside `update`.
+        self.clock = StageClock(LEARNER_STAGES)
+
+    def update(self, batch: dict[str, Tensor], frames: int) -> dict[str, float]:
+        """``optim.epochs`` passes over a batch whose time-major fields are [T + 1, B, ...],
+        each in ``optim.minibatches`` optimizer steps on a random split of its B trajectories
+        (one step per pass by default). The metrics are those of the first step.
+
+        The stats stay on the device and are read to the host once, at the end. Off the CPU
+        (``undo_on_device``) so is every step's finiteness: the steps run back to back, and from
+        the first non-finite one on each is undone on the device (the stages then time the
+        launches; the device's time shows in the "optimizer" stage, where the stats are read)."""
+        splits, width = self.optim.minibatches, batch["action"].shape[1]
+        # Every minibatch needs the whole batch's V-trace, computed once; PopArt moves its
+        # statistics towards those targets before any step.
+        arrival = self._first_look(batch) if splits > 1 or self.popart is not None else None
+        lr = linear_lr(self.optim.lr, frames, self.total_frames, self.optim.anneal_lr)
+        device = self.params[0].device
+        ok = torch.ones((), dtype=torch.bool, device=device)  # every step so far was finite
+        taken: list[_Taken] = []
+        for _ in range(self.optim.epochs):
+            with self.clock.stage("forward_backward"):  # a new random split each pass
+                parts = _split(width, splits, device) if splits > 1 else (None,)
+            for columns in parts:
+                with self.clock.stage("forward_backward"):
+                    stats, now = self._backward(*_part(batch, arrival, columns))
+                arrival = arrival or now
+                with self.clock.stage("optimizer"):
+                    ok, step = self._step(stats, ok, lr)
+                taken.append(step)
+                if step.skipped:  # known on the host: the rest of the update is skipped too
+                    return self._finish(taken, lr)
+        return self._finish(taken, lr)
+
+    def _first_look(self, batch: dict[str, Tensor]) -> _Arrival:
+        """The batch's policy logits and V-trace returns before any step; PopArt's statistics
+        move towards those targets here."""
+        with self.clock.stage("forward_backward"), torch.no_grad():
+            _, (_, arrival) = self._losses(batch, None)
+            if self.popart is not None:
+                task = _task(batch)[0]  # [T + 1, B] -> [B]: a trajectory has one task
+                self.popart.update(arrival.returns.vs, task, self.model.baseline)
+        return arrival
+
+    def _backward(
+        self, batch: dict[str, Tensor], arrival: _Arrival | None
+    ) -> tuple[Tensor, _Arrival]:
+        """Loss and gradients of the batch (all-reduced across ranks), with the V-trace returns
+        and anchor policy of ``arrival`` (None: from this forward pass); the loss's stats
+        [len(METRIC_KEYS)] on the device and this pass's own policy logits and returns."""
+        loss, (stats, now) = self._losses(batch, arrival)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.reduce_gradients is not None:
+            self.reduce_gradients([p.grad for p in self.params if p.grad is not None])
+        return stats, now
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """bf16: autocast on the parameters' device type; fp32: no context at all."""
+        if self.precision == "bf16":
+            return torch.autocast(self.params[0].device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _losses(
+        self, batch: dict[str, Tensor], arrival: _Arrival | None
+    ) -> tuple[Tensor, tuple[Tensor, _Arrival]]:
+        """The IMPALA loss of a batch and its stats, policy logits and V-trace returns."""
+        v, task = self.vtrace, _task(batch)
+        # The network over all T + 1 steps of the batch, with its inputs at each x_t as stored.
+        with self._autocast():
+            out = self._forward(
+                batch["obs"],
+                batch["last_action"],
+                clip_reward(batch["reward"], v.reward_clip),
+                batch["done"],
+                buffers.core_state(batch),
+                task=task,
+            )
+        # V-trace and the losses in float32 whatever the forward ran in (no-ops in fp32).
+        logits, values = out.policy_logits.float(), out.baseline.float()  # [T + 1, B, (A)]
+        scale = None
+        if self.popart is not None:  # normalised outputs -> V; sigma of each loss step's task
+            values = self.popart.denormalise(values, task)
+            scale = self.popart.scale_and_shift(task[:-1], values.dtype)[0]  # [T, B]
+        # The loss's T steps: x_t's side and the transition x_t -> x_{t+1}, [T, B] each.
+        s = buffers.transitions(
+            batch, logits, values, discount=v.discount, reward_clip=v.reward_clip
+        )
+        loss, stats, returns = impala_loss_stats(
+            target_logits=s.pi_logits_t,
+            values=s.v_t,
+            bootstrap_value=s.bootstrap_value,
+            behaviour_logits=s.mu_logits_t,
+            actions=s.a_t,
+            rewards=s.r_t,
+            discounts=s.discount_t,
+            baseline_cost=v.baseline_cost,
+            entropy_cost=v.entropy_cost,
+            rho_bar=v.rho_bar,
+            c_bar=v.c_bar,
+            pg_rho_bar=v.pg_rho_bar,
+            lambda_=v.lambda_,
+            normalize_advantages=v.normalize_advantages,
+            anchor_logits=arrival.pi_logits_t if arrival else None,
+            pg_clip=v.pg_clip,
+            returns=arrival.returns if arrival else None,
+            scale=scale,
+        )
+        return loss, (stats, _Arrival(s.pi_logits_t.detach(), returns))
+
+    def _step(self, stats: Tensor, ok: Tensor, lr: float) -> tuple[Tensor, _Taken]:
+        """Clip, then step the optimizer at ``lr``, keeping the step only if it and every step
+        before it in this update (``ok``) had finite loss terms and gradient norm. The new
+        ``ok`` and the step's record for `_finish`."""
+        max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)  # [], not read
+        stats = torch.cat([stats, grad_norm.reshape(1).to(stats.dtype)])
+        ok = ok & torch.isfinite(stats[: len(_GUARDED)]).all() & torch.isfinite(grad_norm)
+        # The optimizer's first step creates its state, and a skipped step must not: with no
+        # state to put back, decide on the host (one read of one flag), until a step succeeds.
+        if not self.undo_on_device or self._state_missing():
+            skipped = not ok.item()
+            if not skipped:
+                self._set_lr(lr)
+                self.optimizer.step()
+            return ok, _Taken(stats, None, skipped)
+        undo = _Undo(self.optimizer, ok.device)
+        self._set_lr(lr)
+        self.optimizer.step()
+        undo.unless(ok)
+        return ok, _Taken(stats, undo, False)
+
+    def _state_missing(self) -> bool:
+        """Whether a parameter with a gradient has no optimizer state yet (host-side only)."""
+        state = self.optimizer.state
+        return any(p.grad is not None and not state.get(p) for p in self.params)
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _finish(self, taken: list[_Taken], lr: float) -> dict[str, float]:
+        """Read the update's stats to the host, once; at its first non-finite step (if any) put
+        back what the device could not, name the term and count the skip. The first step's
+        metrics (`STEP_KEYS`), ``learner/lr``, and ``learner/skipped`` (1.0 if the update was
+        skipped, else 0.0)."""
+        with self.clock.stage("optimizer"):
+            rows = torch.stack([step.stats for step in taken]).tolist()  # [steps, STEP_KEYS]
+            metrics = [dict(zip(STEP_KEYS, row, strict=True)) for row in rows]
+            first_bad = next((k for k, m in enumerate(metrics) if _nonfinite(m)), None)
+            if first_bad is not None:  # skipped from that step on: the rest of the passes too
+                self.last_nonfinite = _nonfinite(metrics[first_bad])
+                undo = taken[first_bad].undo
+                if undo is not None:  # None: decided on the host, nothing was stepped
+                    undo.restore()
+                self.optimizer.zero_grad(set_to_none=True)
+            self._count(first_bad is not None)
+        return metrics[0] | {"learner/lr": lr, "learner/skipped": float(first_bad is not None)}
+
+    def _count(self, skipped: bool) -> None:
+        """An update with a non-finite step is skipped from that step on (the rest of its
+        passes too: the batch or the parameters are bad); count it and the run of them, and
+        stop the run after ``max_nonfinite_updates`` in a row (NumericalFailure)."""
+        self.skipped += skipped
+        self.consecutive_skips = self.consecutive_skips + 1 if skipped else 0
+        if skipped:
+            log.warning("update skipped: %s", self.last_nonfinite)
+        limit = self.max_nonfinite_updates
+        if limit and self.consecutive_skips >= limit:
+            raise NumericalFailure(
+                f"{self.consecutive_skips} consecutive updates were skipped because "
+                f"{self.last_nonfinite} (runtime.max_nonfinite_updates={limit}); the "
+                f"checkpoint holds the last good parameters"
+            )
+
+
+def _nonfinite(metrics: dict[str, float]) -> str:
+    """Which term of a step went non-finite ('' if none): a loss term first, else the gradient."""
+    for key in _GUARDED:
+        if not math.isfinite(metrics[key]):
+            return f"{key} is {metrics[key]}"
+    grad_norm = metrics["learner/grad_norm"]
+    if not math.isfinite(grad_norm):
+        return f"the gradient norm is {grad_norm}"
+    return ""

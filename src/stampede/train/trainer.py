@@ -1,0 +1,373 @@
+"""The training loop and its processes: one training run (one rank of it) in one run directory.
+
+A ``Trainer`` builds the env spec, model and optimizer in this process first (a bad env id or
+model fails in seconds), resumes from the run directory's newest checkpoint
+(``stampede.rundir.checkpoint_state``), allocates the shared rollout buffers, starts the actor
+processes, then learns from the batches they fill (``stampede.train.batch_feed``) until
+``total_frames``. Ctrl-C or SIGTERM stops the actors and writes a final checkpoint; an actor's
+exception stops the run with its traceback (``ActorFailure``), leaving a valid checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from stampede.algo.popart import PopArt
+from stampede.config.models import model_factory
+from stampede.config.schema import Config, usable_cpus
+from stampede.envs import env_spec
+from stampede.envs.settings import env_tasks
+from stampede.models import ActorCritic
+from stampede.rundir import checkpoint_state
+from stampede.rundir.sinks import MetricLogger
+from stampede.train import distributed
+from stampede.train.actor import ActorSetup
+from stampede.train.batch_feed import BatchFeed
+from stampede.train.buffers import RolloutBuffers, rollout_spec
+from stampede.train.games import GameFrames
+from stampede.train.inference import InferenceServer, RequestTable, ServerSetup
+from stampede.train.learner import Learner
+from stampede.train.pool import ActorPool
+from stampede.train.timing import LEARNER_STAGES, fractions
+from stampede.train.window import Window, run_logger
+
+log = logging.getLogger("stampede")
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+
+
+def _actor_context() -> Any:
+    """Actor processes fork from a server that has imported torch and the envs already, so a
+    (re)started actor is up in a fraction of a second; the server itself never touches CUDA."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["stampede.train.actor"])
+    return ctx
+
+
+def parameter_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of all parameters' bytes: equal digests mean identical parameters (across ranks)."""
+    sha = hashlib.sha256()
+    for p in model.parameters():
+        sha.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return sha.hexdigest()[:16]
+
+
+class Trainer:
+    """One training run in one run directory (one rank, in distributed runs)."""
+
+    def __init__(self, cfg: Config, run_dir: Path, rank: distributed.Rank | None = None) -> None:
+        self.cfg, self.run_dir = cfg, run_dir
+        self.rank = rank or distributed.Rank()
+        self.device = distributed.device_for(self.rank, cfg.torch_device)
+        torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
+        self.spec = env_spec(**dataclasses.asdict(cfg.env))
+        self.games = tuple(cfg.env.games)  # a multi-task run's games in task order; else ()
+        tasks = len(cfg.env.tasks)  # the games of a multi-task run; else the one game
+        r = cfg.runtime
+        slots = r.actors * r.envs_per_actor * self.rank.world_size
+        # The task of every env slot of the run (all ranks); fails here if a game gets none.
+        self.slot_tasks = env_tasks(tasks, slots) if self.games else None
+        self.make_model = model_factory(
+            cfg.model, self.spec.obs_shape, self.spec.num_actions, tasks
+        )
+        self.model: ActorCritic = self.make_model().to(self.device)
+        reduce = distributed.average_gradients if self.rank.distributed else None
+        popart = None
+        if cfg.vtrace.popart:
+            sum_ranks = distributed.all_reduce_sum if self.rank.distributed else None
+            popart = PopArt(tasks, cfg.vtrace.popart_step_size, all_reduce=sum_ranks)
+            popart.to(self.device)
+        self.learner = Learner(
+            self.model,
+            cfg.vtrace,
+            cfg.optim,
+            cfg.total_frames,
+            reduce_gradients=reduce,
+            popart=popart,
+            precision=cfg.runtime.resolved_precision(self.device),
+            compile=cfg.runtime.compile,
+            max_nonfinite_updates=cfg.runtime.max_nonfinite_updates,
+        )
+        self._loop_started = time.monotonic()
+        self.stop_signal: int | None = None
+        self._stopping = threading.Event()  # set once the loop ends: the batch feed returns
+        if self.rank.is_main:
+            checkpoint_state.prepare(run_dir, cfg, self.model)
+        self.progress = checkpoint_state.resume(
+            run_dir, cfg, self.spec, self.model, self.learner.optimizer, popart
+        )
+        if self.rank.distributed:
+            distributed.broadcast_model(self.model)
+        self.game_frames = GameFrames(
+            self.games,
+            self.progress.task_frames,
+            r.unroll_length * self.spec.frames_per_step,
+            distributed.all_reduce_sum if self.rank.distributed else None,
+        )
+
+    @property
+    def frames_per_update(self) -> int:
+        """Environment frames consumed by one update of all ranks together."""
+        r = self.cfg.runtime
+        return r.unroll_length * r.batch_size * self.spec.frames_per_step * self.rank.world_size
+
+    @property
+    def elapsed_s(self) -> float:
+        """Training wall time so far, summed over the run's resumes."""
+        return self.progress.train_s + time.monotonic() - self._loop_started
+
+    def save_checkpoint(self) -> Path | None:
+        """Rank 0 writes the checkpoint (all ranks hold the same parameters)."""
+        if not self.rank.is_main:
+            return None
+        progress = dataclasses.replace(
+            self.progress, train_s=self.elapsed_s, task_frames=self.game_frames.frames
+        )
+        model, optimizer, popart = self.model, self.learner.optimizer, self.learner.popart
+        return checkpoint_state.save(
+            self.run_dir, self.cfg, self.spec, model, optimizer, progress, popart
+        )
+
+    # -------------------------------------------------------------------- processes
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        log.warning("received %s: stopping after this update", signal.Signals(signum).name)
+        self.request_stop(signum)
+
+    def request_stop(self, signum: int = signal.SIGTERM) -> None:
+        """Finish the current update, write a checkpoint, stop the actors (thread-safe)."""
+        self.stop_signal = signum
+        self._stopping.set()
+
+    def _start_actors(self) -> ActorPool:
+        cfg, r = self.cfg, self.cfg.runtime
+        # The policy the actors (or the inference server) read: a copy of the learner's
+        # parameters, published after each update. On CPU it lives in shared memory; on a GPU it
+        # stays on the device (CUDA IPC).
+        self.published = self.make_model().to(self.device)
+        self.published.load_state_dict(self.model.state_dict())
+        self.published.eval()
+        if self.device.type == "cpu":
+            self.published.share_memory()
+        core = [tuple(t.shape) for t in self.model.initial_state(1)]  # [layers, 1, H] each
+        slot_core = [tuple(t.shape) for t in self.model.initial_state(r.envs_per_actor)]
+        spec = rollout_spec(self.spec, r.unroll_length, r.envs_per_actor, slot_core)
+        self.buffers = RolloutBuffers(spec, r.buffer_slots)
+        ctx = _actor_context()
+        central = r.placement(self.device) == "central"
+        policy: ActorCritic | RequestTable = self.published
+        server = None
+        if central:  # the actors hold no model: one server acts for all of them
+            policy = RequestTable(
+                ctx, self.spec, r.actors, r.envs_per_actor, r.inference_groups, core
+            )
+            setup = ServerSetup(
+                device=str(self.device),
+                reward_clip=cfg.vtrace.reward_clip,
+                max_batch=r.inference_batch,
+                wait_s=r.inference_wait_ms / 1000,
+                threads=r.inference_threads,
+                precision=r.resolved_precision(self.device),
+            )
+            server = InferenceServer(ctx, setup, self.published, policy)
+        env_kwargs = dataclasses.asdict(cfg.env)
+        setups = [
+            ActorSetup(
+                actor_id=i,
+                rank=self.rank.rank,
+                generation=self.progress.generation,
+                seed=cfg.seed,
+                num_envs=r.envs_per_actor,
+                unroll_length=r.unroll_length,
+                reward_clip=cfg.vtrace.reward_clip,
+                env_kwargs=env_kwargs,
+                device=str(self.device),
+                threads=r.actor_threads,
+                tasks=self._actor_tasks(i),
+                core_shapes=tuple(core),
+            )
+            for i in range(r.actors)
+        ]
+        pool = ActorPool(
+            ctx,
+            setups,
+            policy,
+            self.buffers,
+            self.progress.updates,
+            max_restarts=r.max_actor_restarts,
+            restart_window_s=r.actor_restart_window_s,
+            timeout_s=r.actor_timeout_s,
+            server=server,
+        )
+        pool.start()
+        return pool
+
+    def layout(self) -> str:
+        """This rank's processes, e.g. ``14 actors x 8 envs (1 thread each), inference central
+        on cuda (bf16, 1 thread), learner on cuda (bf16, 2 threads), 16 usable CPUs``."""
+        r = self.cfg.runtime
+        precision = r.resolved_precision(self.device)
+        if r.placement(self.device) == "central":
+            where = f"central on {self.device} ({precision}, {r.inference_threads} thread(s))"
+        else:
+            where = f"in each actor on {self.device} (fp32)"
+        return (
+            f"{r.actors} actors x {r.envs_per_actor} envs ({r.actor_threads} thread(s) each), "
+            f"inference {where}, learner on {self.device} ({precision}, "
+            f"{r.learner_torch_threads} thread(s)), {usable_cpus()} usable CPUs"
+        )
+
+    def _actor_tasks(self, actor_id: int) -> tuple[int, ...]:
+        """The task of each env of actor ``actor_id`` of this rank (() in a single-game run)."""
+        if self.slot_tasks is None:
+            return ()
+        E = self.cfg.runtime.envs_per_actor
+        first = (self.rank.rank * self.cfg.runtime.actors + actor_id) * E
+        return tuple(self.slot_tasks[first : first + E])
+
+    # ------------------------------------------------------------------------ train
+
+    def train(self) -> None:
+        cfg, r = self.cfg, self.cfg.runtime
+        if self.progress.torch_rng is None:
+            torch.manual_seed(cfg.seed)
+        else:  # a resumed run draws what it would have drawn had it not stopped
+            torch.set_rng_state(self.progress.torch_rng)
+        torch.set_num_threads(r.learner_torch_threads)
+        previous = {s: signal.signal(s, self._on_signal) for s in _STOP_SIGNALS}
+        logger = run_logger(cfg, self.run_dir, self.rank.is_main, self.progress.frames)
+        pool = self._start_actors()
+        log.info(
+            "training %s with %s on %s, rank %d/%d, run dir %s",
+            cfg.env.name,
+            cfg.model._target_.rsplit(".", 1)[-1],
+            self.device,
+            self.rank.rank,
+            self.rank.world_size,
+            self.run_dir,
+        )
+        log.info("layout: %s", self.layout())
+        feed = BatchFeed(
+            pool, self.buffers, r.slots_per_batch, self.device, r.prefetch, self._stopping
+        )
+        feed.start()
+        completed = False
+        try:
+            self._loop(pool, feed, logger)
+            completed = self.progress.frames >= cfg.total_frames
+        finally:
+            feed.stop()
+            path = self.save_checkpoint()
+            pool.stop()
+            try:  # the final evaluation logs its metrics, so it runs before the logger closes
+                if completed and cfg.eval.at_end:
+                    self._evaluate(path, logger)
+            finally:
+                logger.close()
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+        log.info(
+            "rank %d/%d done: updates=%d frames=%d parameter_digest=%s",
+            self.rank.rank,
+            self.rank.world_size,
+            self.progress.updates,
+            self.progress.frames,
+            parameter_digest(self.model),
+        )
+        requeue = previous[signal.SIGUSR2]
+        if self.stop_signal == signal.SIGUSR2 and callable(requeue):
+            # Under submitit this is its preemption/time-limit handler: it requeues the job,
+            # which resumes from the checkpoint just written in this same run directory.
+            log.info("handing SIGUSR2 to the job's own handler (requeue)")
+            requeue(signal.SIGUSR2, None)
+
+    def _loop(self, pool: ActorPool, feed: BatchFeed, logger: MetricLogger) -> None:
+        cfg, progress = self.cfg, self.progress
+        clock = self.learner.clock
+        clock.lap()  # the time budget starts with the loop
+        self._loop_started = time.monotonic()
+        scale = (self.spec.frames_per_step, self.rank.world_size, self.games)
+        window = Window(progress.frames, *scale)
+        last_checkpoint = time.monotonic()
+        while True:  # every statement of an iteration is inside a stage of the time budget
+            with clock.stage("wait"):
+                batch = None if self._should_stop() else feed.get()
+            if batch is None:
+                break
+            metrics = self.learner.update(batch, progress.frames)
+            with clock.stage("publish"):
+                self._publish(pool)
+                feed.request()
+            with clock.stage("log"):
+                self._after_update(batch, metrics, window, logger)
+                if window.age_s >= cfg.logger.interval_s or progress.frames >= cfg.total_frames:
+                    logger.write(
+                        window.line(progress.frames, progress.updates, self.game_frames.frames)
+                        | (self.learner.popart.metrics(self.games) if self.learner.popart else {})
+                        | pool.inference_metrics()
+                        | {
+                            "actors/restarts": pool.restarts,
+                            "learner/skipped_updates": self.learner.skipped,
+                            "time/elapsed_s": self.elapsed_s,
+                        }
+                        | fractions("time/learner", LEARNER_STAGES, *clock.lap())
+                    )
+                    window = Window(progress.frames, *scale)
+                if time.monotonic() - last_checkpoint >= cfg.checkpointing.interval_s:
+                    self.save_checkpoint()
+                    last_checkpoint = time.monotonic()
+                every, frames = cfg.eval.every_frames, progress.frames
+                if every and frames // every > (frames - self.frames_per_update) // every:
+                    self._evaluate(None, logger)
+
+    def _after_update(
+        self,
+        batch: dict[str, torch.Tensor],
+        metrics: dict[str, float],
+        window: Window,
+        logger: MetricLogger,
+    ) -> None:
+        """Count the update and add it to the window."""
+        self.progress.frames += self.frames_per_update
+        self.progress.updates += 1
+        if self.games:
+            self.game_frames.add(batch["task"][0])  # [T + 1, B] -> [B]: one task a trajectory
+        lag = self.progress.updates - 1 - batch["policy_version"].double().mean()
+        metrics["learner/policy_lag"] = float(lag)
+        window.add(metrics, batch)
+        returns, lengths, tasks = window.new_episodes
+        games = self.game_frames.of(tasks) if self.games else None
+        logger.write_episodes(self.progress.frames, self.elapsed_s, returns, lengths, games)
+
+    def _evaluate(self, path: Path | None, logger: MetricLogger) -> None:
+        """Evaluate the learner's policy with ``cfg.eval`` (rank 0): eval.json in the run dir,
+        ``eval/*`` to every sink of ``logger``."""
+        if self.rank.is_main:
+            from stampede.eval.run import evaluate_run
+
+            where = str(path) if path else None
+            evaluate_run(self.model, self.cfg, self.run_dir, self.progress.frames, where, logger)
+
+    def _should_stop(self) -> bool:
+        stop = self.progress.frames >= self.cfg.total_frames or self.stop_signal is not None
+        if self.rank.distributed:  # all ranks must leave at the same update (gradients sync)
+            stop = distributed.any_rank(stop, self.device)
+        return stop
+
+    def _publish(self, pool: ActorPool) -> None:
+        """Copy the learner's parameters into the actors' policy and bump the version."""
+        with torch.no_grad():
+            for dst, src in zip(self.published.parameters(), self.model.parameters(), strict=True):
+                dst.copy_(src)
+        pool.set_version(self.progress.updates + 1)

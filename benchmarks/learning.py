@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stampede.report.curves import LearningCurve
 from stampede.report import curves as learning_curve
+from stampede.report.curves import LearningCurve
 
 ROOT = Path(__file__).resolve().parents[1]
 

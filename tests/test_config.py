@@ -20,11 +20,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch.nn import Linear
 
-from stampede.config.checks import ConfigError
 from stampede.cli import check_command_line
+from stampede.config.checks import ConfigError
 from stampede.config.compose import GROUP_SCHEMAS, register_configs, to_config
 from stampede.config.models import ENV_ARGUMENTS, model_factory, model_schema, network_class
-from stampede.config.schema import Config, OptimConfig, RuntimeConfig, VTraceConfig
+from stampede.config.runtime import RuntimeConfig
+from stampede.config.schema import Config, OptimConfig, VTraceConfig
 from stampede.envs import EnvSettings
 from stampede.models import MLP
 from stampede.rundir import lock as run_lock

@@ -170,7 +170,8 @@ def test_the_server_answers_on_cuda_as_the_model_does_on_the_cpu() -> None:
     tensors), in fp32 and bf16: the CPU model's logits, up to rounding."""
     import torch.multiprocessing as mp
 
-    from stampede.train.inference import RequestTable, ServerSetup, _Server
+    from stampede.train.inference import ServerSetup, _Server
+    from stampede.train.requests import RequestTable
 
     torch.manual_seed(0)
     cpu_model = AtariNet((4, 84, 84), A)

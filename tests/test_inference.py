@@ -29,9 +29,11 @@ from stampede.envs import EnvSpec
 from stampede.models import MLP, ActorCritic
 from stampede.report import curves as learning_curve
 from stampede.rundir.files import read_metrics
-from stampede.train import trainer as runner
+from stampede.train import processes
 from stampede.train.actor import LocalPolicy
-from stampede.train.inference import RequestTable, ServerSetup, _Server, env_groups
+from stampede.train.inference import ServerSetup, _Server
+from stampede.train.requests import RequestTable, env_groups
+from stampede.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 OBS, A = 4, 3
@@ -173,7 +175,7 @@ def test_the_lstm_state_travels_with_the_requests_and_resets_at_episode_starts()
 def test_actors_hold_no_model_with_central_inference(tmp_path: Path, monkeypatch) -> None:
     """Each actor process is given the request table, not the network; the server the network."""
     started: dict[str, tuple] = {}  # process name -> the arguments it was started with
-    real = runner._actor_context()
+    real = processes.actor_context()
 
     class Recording:
         def __getattr__(self, name: str):
@@ -183,7 +185,7 @@ def test_actors_hold_no_model_with_central_inference(tmp_path: Path, monkeypatch
             started[kwargs["name"]] = kwargs["args"]
             return real.Process(**kwargs)
 
-    monkeypatch.setattr(runner, "_actor_context", Recording)
+    monkeypatch.setattr(processes, "actor_context", Recording)
     cfg = load_config(
         ROOT / "conf",
         [
@@ -196,7 +198,7 @@ def test_actors_hold_no_model_with_central_inference(tmp_path: Path, monkeypatch
             "logger.wandb.mode=disabled",
         ],
     )
-    pool = runner.Trainer(cfg, tmp_path)._start_actors()
+    pool = Trainer(cfg, tmp_path)._start_actors()
     pool.stop()
     assert sorted(started) == ["actor-0", "actor-1", "inference-server"]
     for name, args in started.items():

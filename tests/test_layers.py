@@ -131,7 +131,9 @@ def test_there_is_no_import_circle() -> None:
         ("def f():\n    from stampede.config.schema import Config\n", "upward"),
     ],
 )
-def test_the_checks_catch_a_planted_upward_import(tmp_path: Path, extra: str, expected: str) -> None:
+def test_the_checks_catch_a_planted_upward_import(
+    tmp_path: Path, extra: str, expected: str
+) -> None:
     """A copy of the tree with an import added to ``algo/vtrace.py`` (at the top, or lazily in a
     function) fails the check."""
     import shutil

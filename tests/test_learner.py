@@ -10,7 +10,8 @@ import torch
 
 from stampede.config.schema import OptimConfig, VTraceConfig
 from stampede.models import MLP
-from stampede.train.learner import Learner, _Undo
+from stampede.train.guard import Undo
+from stampede.train.learner import Learner
 
 T, B, OBS, A = 5, 3, 4, 2
 
@@ -188,13 +189,13 @@ def test_an_infinite_gradient_is_named(on_device) -> None:
 
 
 def test_what_lives_off_the_device_is_put_back_after_the_read() -> None:
-    """torch Adam keeps its step counts in CPU tensors for CUDA parameters: `_Undo` cannot put
+    """torch Adam keeps its step counts in CPU tensors for CUDA parameters: `Undo` cannot put
     them back with the device's flag, only once the update knows the step was skipped. Here the
     "device" is one no tensor is on, so everything is of that kind."""
     lrn = learner()
     lrn.update(batch(1), frames=0)
     before = snapshot(lrn)
-    undo = _Undo(lrn.optimizer, torch.device("meta"))
+    undo = Undo(lrn.optimizer, torch.device("meta"))
     lrn.update(batch(), frames=0)
     assert undo.here == []
     undo.restore()

@@ -66,7 +66,7 @@ def test_a_fresh_run_starts_from_its_seed(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_one_actor_per_cpu_of_the_allocation_not_of_the_machine() -> None:
     """Under taskset (or a SLURM allocation) num_actors=0 counts the CPUs we may use."""
-    code = "from stampede.config.schema import RuntimeConfig; print(RuntimeConfig().actors)"
+    code = "from stampede.config.runtime import RuntimeConfig; print(RuntimeConfig().actors)"
     out = subprocess.run(
         ["taskset", "-c", "0", sys.executable, "-c", code],
         capture_output=True,

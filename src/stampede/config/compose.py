@@ -16,7 +16,8 @@ from typing import Any
 from stampede.config.checks import ConfigError
 from stampede.config.models import AtariNetConfig, MLPConfig, NatureNetConfig, ResNetConfig
 from stampede.config.resolvers import register_resolvers
-from stampede.config.schema import Config, LoggerConfig, OptimConfig, RuntimeConfig, VTraceConfig
+from stampede.config.runtime import RuntimeConfig
+from stampede.config.schema import Config, LoggerConfig, OptimConfig, VTraceConfig
 from stampede.envs import EnvSettings
 
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {

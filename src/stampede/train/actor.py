@@ -26,7 +26,7 @@ from torch import Tensor
 from stampede.envs import VecStep, make_vec_env
 from stampede.models import ActorCritic, CoreState, policy_step
 from stampede.train.buffers import RolloutBuffers
-from stampede.train.inference import InferenceClient, RequestTable
+from stampede.train.requests import InferenceClient, RequestTable
 from stampede.train.timing import ACTOR_STAGES, StageClock
 
 

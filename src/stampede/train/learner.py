@@ -14,7 +14,7 @@ arrived. ``optim.epochs: 1``
 
 The update reads nothing to the host until its end, so a GPU runs its steps back to back: the
 metrics stay device tensors and are read once per update, and off the CPU a step whose loss or
-gradient is not finite is undone on the device (`_Undo`) instead of being tested on the host
+gradient is not finite is undone on the device (`Undo`) instead of being tested on the host
 first. With
 ``runtime.precision: bf16`` the network's forward runs under autocast in bfloat16; V-trace and
 the losses stay in float32. ``runtime.compile`` runs that forward through `torch.compile`.
@@ -29,136 +29,31 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from stampede.algo.losses import METRIC_KEYS, impala_loss_stats
+from stampede.algo.losses import impala_loss_stats
 from stampede.algo.optim import build_optimizer, linear_lr
 from stampede.algo.popart import PopArt
-from stampede.algo.vtrace import VTraceReturns
 from stampede.config.schema import OptimConfig, VTraceConfig
-from stampede.errors import RunFailure
 from stampede.models import ActorCritic, ModelOutput, clip_reward
 from stampede.train import buffers
+from stampede.train.guard import GUARDED, STEP_KEYS, NumericalFailure, Undo, nonfinite
+from stampede.train.minibatch import Arrival, batch_tasks, part_of, random_split
 from stampede.train.timing import LEARNER_STAGES, StageClock
 
 log = logging.getLogger("stampede")
-
-# One optimizer step's stats, in this order: the loss's metrics, then the gradient norm before
-# clipping. A step is skipped when a term of _GUARDED or the gradient norm is not finite.
-STEP_KEYS = (*METRIC_KEYS, "learner/grad_norm")
-_GUARDED = ("loss/pg", "loss/baseline", "loss/entropy")
-assert METRIC_KEYS[: len(_GUARDED)] == _GUARDED  # the device checks them as stats[:3]
-
-
-class _Arrival(NamedTuple):
-    """The batch as the learner first saw it: its policy logits pi_logits_t [T, B, A] and V-trace
-    returns, kept for the later steps on that batch (``optim.epochs > 1``)."""
-
-    pi_logits_t: Tensor
-    returns: VTraceReturns
-
-    def columns(self, index: Tensor) -> _Arrival:
-        """The same for the trajectories ``index`` of the batch ([T, B] -> [T, len(index)])."""
-        r = self.returns
-        return _Arrival(
-            self.pi_logits_t.index_select(1, index),
-            r._replace(
-                vs=r.vs.index_select(1, index),
-                pg_advantages=r.pg_advantages.index_select(1, index),
-                log_rhos=r.log_rhos.index_select(1, index),
-            ),
-        )
-
-
-def _task(batch: dict[str, Tensor]) -> Tensor:
-    """The task id of every step, [T + 1, B] (all 0 for a batch without one: a single task)."""
-    if "task" in batch:
-        return batch["task"]
-    return torch.zeros_like(batch["action"])
-
-
-def _columns(batch: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
-    """Trajectories ``index`` of a batch: time-major fields [T + 1, B, ...] and the LSTM state
-    [layers, B, H] keep those columns; per-slot fields (``buffers.PER_SLOT``) stay whole."""
-    return {
-        name: t if name in buffers.PER_SLOT else t.index_select(1, index)
-        for name, t in batch.items()
-    }
-
-
-def _part(
-    batch: dict[str, Tensor], arrival: _Arrival | None, columns: Tensor | None
-) -> tuple[dict[str, Tensor], _Arrival | None]:
-    """The trajectories ``columns`` of the batch and of its arrival (None: the whole batch)."""
-    if columns is None:
-        return batch, arrival
-    return _columns(batch, columns), arrival.columns(columns) if arrival is not None else None
-
-
-def _split(width: int, splits: int, device: torch.device) -> tuple[Tensor, ...]:
-    """A random split of B = ``width`` trajectories into ``splits`` index tensors on ``device``.
-    Drawn on the CPU (the learner's RNG stream, whatever the device); a CUDA copy goes through
-    pinned memory, so it does not wait for the GPU."""
-    perm = torch.randperm(width)
-    if device.type == "cuda":
-        perm = perm.pin_memory().to(device, non_blocking=True)
-    return perm.chunk(splits)
-
-
-class _Undo:
-    """What one optimizer step may change, saved before it, so that a step found non-finite on
-    the device can be undone without reading anything to the host.
-
-    The parameters and the optimizer state on the flag's device are put back at once,
-    ``torch.where(ok, after, before)`` (`unless`); what lives elsewhere (each group's lr; torch
-    Adam counts its steps in CPU tensors for CUDA parameters) is put back by `restore`, once the
-    update has read its flags, for the first skipped step (the later ones are undone on the
-    device: their flag stays false).
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-        self.groups = optimizer.param_groups
-        self.lrs = [g["lr"] for g in self.groups]
-        params = [p for g in self.groups for p in g["params"]]
-        state = optimizer.state
-        tensors = params + [
-            v for p in params for v in state.get(p, {}).values() if isinstance(v, Tensor)
-        ]
-        with torch.no_grad():
-            self.here = [(t, t.clone()) for t in tensors if t.device == device]
-            self.elsewhere = [(t, t.clone()) for t in tensors if t.device != device]
-
-    @torch.no_grad()
-    def unless(self, ok: Tensor) -> None:
-        """After the step: keep it where ``ok`` (a [] bool on the device), else put back."""
-        for t, before in self.here:
-            torch.where(ok, t, before, out=t)
-        self.here = []  # the copies are not needed any more
-
-    @torch.no_grad()
-    def restore(self) -> None:
-        """The step was skipped: put back the host side too."""
-        for group, lr in zip(self.groups, self.lrs, strict=True):
-            group["lr"] = lr
-        for t, before in self.elsewhere:
-            t.copy_(before)
 
 
 class _Taken(NamedTuple):
     """One step of an update, for `Learner._finish`."""
 
     stats: Tensor  # [len(STEP_KEYS)] on the device, not read yet
-    undo: _Undo | None  # what to put back if it is the first skipped step; None: host-decided
+    undo: Undo | None  # what to put back if it is the first skipped step; None: host-decided
     skipped: bool  # known on the host to be skipped: the update stops there
-
-
-class NumericalFailure(RunFailure):
-    """Too many consecutive updates had a non-finite loss or gradient."""
 
 
 class Learner:
@@ -213,7 +108,7 @@ class Learner:
         self.last_nonfinite = ""  # what went non-finite last, e.g. "loss/baseline is nan"
         self.max_nonfinite_updates = max_nonfinite_updates  # in a row stop the run; 0: never
         # Off the CPU a step's finiteness is not read before the step (that would wait for the
-        # device at every step): a non-finite step is undone there instead (`_Undo`). On the CPU
+        # device at every step): a non-finite step is undone there instead (`Undo`). On the CPU
         # the read is free and skipping is cheaper than saving and undoing.
         self.undo_on_device = self.params[0].device.type != "cpu"
         # The learner process's time budget; the runner times the stages outside `update`.
@@ -238,10 +133,10 @@ class Learner:
         taken: list[_Taken] = []
         for _ in range(self.optim.epochs):
             with self.clock.stage("forward_backward"):  # a new random split each pass
-                parts = _split(width, splits, device) if splits > 1 else (None,)
+                parts = random_split(width, splits, device) if splits > 1 else (None,)
             for columns in parts:
                 with self.clock.stage("forward_backward"):
-                    stats, now = self._backward(*_part(batch, arrival, columns))
+                    stats, now = self._backward(*part_of(batch, arrival, columns))
                 arrival = arrival or now
                 with self.clock.stage("optimizer"):
                     ok, step = self._step(stats, ok, lr)
@@ -250,19 +145,19 @@ class Learner:
                     return self._finish(taken, lr)
         return self._finish(taken, lr)
 
-    def _first_look(self, batch: dict[str, Tensor]) -> _Arrival:
+    def _first_look(self, batch: dict[str, Tensor]) -> Arrival:
         """The batch's policy logits and V-trace returns before any step; PopArt's statistics
         move towards those targets here."""
         with self.clock.stage("forward_backward"), torch.no_grad():
             _, (_, arrival) = self._losses(batch, None)
             if self.popart is not None:
-                task = _task(batch)[0]  # [T + 1, B] -> [B]: a trajectory has one task
+                task = batch_tasks(batch)[0]  # [T + 1, B] -> [B]: a trajectory has one task
                 self.popart.update(arrival.returns.vs, task, self.model.baseline)
         return arrival
 
     def _backward(
-        self, batch: dict[str, Tensor], arrival: _Arrival | None
-    ) -> tuple[Tensor, _Arrival]:
+        self, batch: dict[str, Tensor], arrival: Arrival | None
+    ) -> tuple[Tensor, Arrival]:
         """Loss and gradients of the batch (all-reduced across ranks), with the V-trace returns
         and anchor policy of ``arrival`` (None: from this forward pass); the loss's stats
         [len(METRIC_KEYS)] on the device and this pass's own policy logits and returns."""
@@ -280,10 +175,10 @@ class Learner:
         return contextlib.nullcontext()
 
     def _losses(
-        self, batch: dict[str, Tensor], arrival: _Arrival | None
-    ) -> tuple[Tensor, tuple[Tensor, _Arrival]]:
+        self, batch: dict[str, Tensor], arrival: Arrival | None
+    ) -> tuple[Tensor, tuple[Tensor, Arrival]]:
         """The IMPALA loss of a batch and its stats, policy logits and V-trace returns."""
-        v, task = self.vtrace, _task(batch)
+        v, task = self.vtrace, batch_tasks(batch)
         # The network over all T + 1 steps of the batch, with its inputs at each x_t as stored.
         with self._autocast():
             out = self._forward(
@@ -324,7 +219,7 @@ class Learner:
             returns=arrival.returns if arrival else None,
             scale=scale,
         )
-        return loss, (stats, _Arrival(s.pi_logits_t.detach(), returns))
+        return loss, (stats, Arrival(s.pi_logits_t.detach(), returns))
 
     def _step(self, stats: Tensor, ok: Tensor, lr: float) -> tuple[Tensor, _Taken]:
         """Clip, then step the optimizer at ``lr``, keeping the step only if it and every step
@@ -333,7 +228,7 @@ class Learner:
         max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)  # [], not read
         stats = torch.cat([stats, grad_norm.reshape(1).to(stats.dtype)])
-        ok = ok & torch.isfinite(stats[: len(_GUARDED)]).all() & torch.isfinite(grad_norm)
+        ok = ok & torch.isfinite(stats[: len(GUARDED)]).all() & torch.isfinite(grad_norm)
         # The optimizer's first step creates its state, and a skipped step must not: with no
         # state to put back, decide on the host (one read of one flag), until a step succeeds.
         if not self.undo_on_device or self._state_missing():
@@ -342,7 +237,7 @@ class Learner:
                 self._set_lr(lr)
                 self.optimizer.step()
             return ok, _Taken(stats, None, skipped)
-        undo = _Undo(self.optimizer, ok.device)
+        undo = Undo(self.optimizer, ok.device)
         self._set_lr(lr)
         self.optimizer.step()
         undo.unless(ok)
@@ -365,9 +260,9 @@ class Learner:
         with self.clock.stage("optimizer"):
             rows = torch.stack([step.stats for step in taken]).tolist()  # [steps, STEP_KEYS]
             metrics = [dict(zip(STEP_KEYS, row, strict=True)) for row in rows]
-            first_bad = next((k for k, m in enumerate(metrics) if _nonfinite(m)), None)
+            first_bad = next((k for k, m in enumerate(metrics) if nonfinite(m)), None)
             if first_bad is not None:  # skipped from that step on: the rest of the passes too
-                self.last_nonfinite = _nonfinite(metrics[first_bad])
+                self.last_nonfinite = nonfinite(metrics[first_bad])
                 undo = taken[first_bad].undo
                 if undo is not None:  # None: decided on the host, nothing was stepped
                     undo.restore()
@@ -390,14 +285,3 @@ class Learner:
                 f"{self.last_nonfinite} (runtime.max_nonfinite_updates={limit}); the "
                 f"checkpoint holds the last good parameters"
             )
-
-
-def _nonfinite(metrics: dict[str, float]) -> str:
-    """Which term of a step went non-finite ('' if none): a loss term first, else the gradient."""
-    for key in _GUARDED:
-        if not math.isfinite(metrics[key]):
-            return f"{key} is {metrics[key]}"
-    grad_norm = metrics["learner/grad_norm"]
-    if not math.isfinite(grad_norm):
-        return f"the gradient norm is {grad_norm}"
-    return ""

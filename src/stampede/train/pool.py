@@ -27,7 +27,8 @@ from stampede.errors import RunFailure
 from stampede.models import ActorCritic
 from stampede.train.actor import ActorSetup, run_actor
 from stampede.train.buffers import RolloutBuffers
-from stampede.train.inference import InferenceServer, RequestTable
+from stampede.train.inference import InferenceServer
+from stampede.train.requests import RequestTable
 
 log = logging.getLogger("stampede")
 

@@ -18,25 +18,20 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import torch
-import torch.multiprocessing as mp
 
 from stampede.algo.popart import PopArt
 from stampede.config.models import model_factory
-from stampede.config.schema import Config, usable_cpus
+from stampede.config.schema import Config
 from stampede.envs import env_spec
 from stampede.envs.settings import env_tasks
 from stampede.models import ActorCritic
 from stampede.rundir import checkpoint_state
 from stampede.rundir.sinks import MetricLogger
-from stampede.train import distributed
-from stampede.train.actor import ActorSetup
+from stampede.train import distributed, processes
 from stampede.train.batch_feed import BatchFeed
-from stampede.train.buffers import RolloutBuffers, rollout_spec
 from stampede.train.games import GameFrames
-from stampede.train.inference import InferenceServer, RequestTable, ServerSetup
 from stampede.train.learner import Learner
 from stampede.train.pool import ActorPool
 from stampede.train.timing import LEARNER_STAGES, fractions
@@ -45,14 +40,6 @@ from stampede.train.window import Window, run_logger
 log = logging.getLogger("stampede")
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
-
-
-def _actor_context() -> Any:
-    """Actor processes fork from a server that has imported torch and the envs already, so a
-    (re)started actor is up in a fraction of a second; the server itself never touches CUDA."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["stampede.train.actor"])
-    return ctx
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
@@ -151,7 +138,6 @@ class Trainer:
         self._stopping.set()
 
     def _start_actors(self) -> ActorPool:
-        cfg, r = self.cfg, self.cfg.runtime
         # The policy the actors (or the inference server) read: a copy of the learner's
         # parameters, published after each update. On CPU it lives in shared memory; on a GPU it
         # stays on the device (CUDA IPC).
@@ -160,81 +146,17 @@ class Trainer:
         self.published.eval()
         if self.device.type == "cpu":
             self.published.share_memory()
-        core = [tuple(t.shape) for t in self.model.initial_state(1)]  # [layers, 1, H] each
-        slot_core = [tuple(t.shape) for t in self.model.initial_state(r.envs_per_actor)]
-        spec = rollout_spec(self.spec, r.unroll_length, r.envs_per_actor, slot_core)
-        self.buffers = RolloutBuffers(spec, r.buffer_slots)
-        ctx = _actor_context()
-        central = r.placement(self.device) == "central"
-        policy: ActorCritic | RequestTable = self.published
-        server = None
-        if central:  # the actors hold no model: one server acts for all of them
-            policy = RequestTable(
-                ctx, self.spec, r.actors, r.envs_per_actor, r.inference_groups, core
-            )
-            setup = ServerSetup(
-                device=str(self.device),
-                reward_clip=cfg.vtrace.reward_clip,
-                max_batch=r.inference_batch,
-                wait_s=r.inference_wait_ms / 1000,
-                threads=r.inference_threads,
-                precision=r.resolved_precision(self.device),
-            )
-            server = InferenceServer(ctx, setup, self.published, policy)
-        env_kwargs = dataclasses.asdict(cfg.env)
-        setups = [
-            ActorSetup(
-                actor_id=i,
-                rank=self.rank.rank,
-                generation=self.progress.generation,
-                seed=cfg.seed,
-                num_envs=r.envs_per_actor,
-                unroll_length=r.unroll_length,
-                reward_clip=cfg.vtrace.reward_clip,
-                env_kwargs=env_kwargs,
-                device=str(self.device),
-                threads=r.actor_threads,
-                tasks=self._actor_tasks(i),
-                core_shapes=tuple(core),
-            )
-            for i in range(r.actors)
-        ]
-        pool = ActorPool(
-            ctx,
-            setups,
-            policy,
+        self.buffers = processes.rollout_buffers(self.cfg.runtime, self.spec, self.model)
+        return processes.start_pool(
+            self.cfg,
+            self.spec,
+            self.published,
             self.buffers,
-            self.progress.updates,
-            max_restarts=r.max_actor_restarts,
-            restart_window_s=r.actor_restart_window_s,
-            timeout_s=r.actor_timeout_s,
-            server=server,
+            self.device,
+            self.rank.rank,
+            self.progress,
+            self.slot_tasks,
         )
-        pool.start()
-        return pool
-
-    def layout(self) -> str:
-        """This rank's processes, e.g. ``14 actors x 8 envs (1 thread each), inference central
-        on cuda (bf16, 1 thread), learner on cuda (bf16, 2 threads), 16 usable CPUs``."""
-        r = self.cfg.runtime
-        precision = r.resolved_precision(self.device)
-        if r.placement(self.device) == "central":
-            where = f"central on {self.device} ({precision}, {r.inference_threads} thread(s))"
-        else:
-            where = f"in each actor on {self.device} (fp32)"
-        return (
-            f"{r.actors} actors x {r.envs_per_actor} envs ({r.actor_threads} thread(s) each), "
-            f"inference {where}, learner on {self.device} ({precision}, "
-            f"{r.learner_torch_threads} thread(s)), {usable_cpus()} usable CPUs"
-        )
-
-    def _actor_tasks(self, actor_id: int) -> tuple[int, ...]:
-        """The task of each env of actor ``actor_id`` of this rank (() in a single-game run)."""
-        if self.slot_tasks is None:
-            return ()
-        E = self.cfg.runtime.envs_per_actor
-        first = (self.rank.rank * self.cfg.runtime.actors + actor_id) * E
-        return tuple(self.slot_tasks[first : first + E])
 
     # ------------------------------------------------------------------------ train
 
@@ -257,7 +179,7 @@ class Trainer:
             self.rank.world_size,
             self.run_dir,
         )
-        log.info("layout: %s", self.layout())
+        log.info("layout: %s", processes.layout(r, self.device))
         feed = BatchFeed(
             pool, self.buffers, r.slots_per_batch, self.device, r.prefetch, self._stopping
         )

@@ -1,0 +1,173 @@
+"""``runtime.*``: processes, batching and placement (``RuntimeConfig``), and what the machine
+offers them (``usable_cpus``, ``cpu_has_bf16``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from stampede.config.checks import ConfigError, positive_int, require
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask (a SLURM allocation, ``taskset``), not
+    every core of the machine."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
+INFERENCE = ("auto", "actor", "central")
+PRECISIONS = ("auto", "fp32", "bf16")
+# Up to this many usable CPUs, one actor per CPU (measured fastest on 2 cores); above it the
+# defaults keep RESERVED_CPUS for the learner and the inference server.
+SMALL_MACHINE_CPUS = 4
+RESERVED_CPUS = 2
+
+
+@dataclass
+class RuntimeConfig:
+    """Processes and batching. Each actor steps ``envs_per_actor`` environments as one batch and
+    fills one rollout slot of shape [unroll_length + 1, envs_per_actor]; the learner takes
+    ``batch_size / envs_per_actor`` slots per update.
+
+    ``inference`` places the acting policy: ``actor`` (each actor process runs its own forward
+    pass), ``central`` (one inference server per learner batches the requests of all actors,
+    ``stampede.train.inference``), or ``auto`` (central on CUDA, actor on CPU, where it measured
+    faster: README, "Throughput")."""
+
+    num_actors: int = 0  # 0 = one per usable CPU, less RESERVED_CPUS above SMALL_MACHINE_CPUS
+    envs_per_actor: int = 8
+    batch_size: int = 32
+    unroll_length: int = 32  # the paper's 20 in +experiment=impala_paper
+    num_buffers: int = 0  # rollout slots; 0 = auto (see buffer_slots)
+    prefetch: bool = (
+        False  # true: gather the next batch during an update (false: after it, fresher)
+    )
+    learner_threads: int = 0  # torch threads in the learner; 0 = every CPU it may use
+    actor_threads: int = 1  # torch threads in each actor process
+    max_actor_restarts: int = 10  # actor failures tolerated within actor_restart_window_s
+    actor_restart_window_s: float = 600.0
+    actor_timeout_s: float = 120.0  # an actor holding one rollout slot longer is hung
+    max_nonfinite_updates: int = 10  # consecutive skipped (NaN/inf) updates that stop the run
+    inference: str = "auto"  # auto | actor | central (see the class docstring)
+    inference_batch: int = 0  # central: most observations per forward; 0 = every waiting one
+    inference_wait_ms: float = 2.0  # central: longest wait for more requests after the first
+    inference_threads: int = 1  # central: torch threads of the inference server
+    inference_groups: int = 2  # central: env groups per actor (one steps while one waits)
+    precision: str = "auto"  # auto | fp32 | bf16: the network's autocast (see resolved_precision)
+    compile: bool = False  # torch.compile the learner's network
+
+    def __post_init__(self) -> None:
+        require(
+            self.num_actors >= 0,
+            "runtime.num_actors",
+            self.num_actors,
+            "a positive integer, or 0 for one per CPU core",
+        )
+        for key in ("envs_per_actor", "batch_size", "unroll_length"):
+            positive_int(f"runtime.{key}", getattr(self, key))
+        if self.batch_size % self.envs_per_actor:
+            raise ConfigError(
+                f"runtime.batch_size must be a multiple of runtime.envs_per_actor (each actor "
+                f"hands over {self.envs_per_actor} trajectories at once), got "
+                f"batch_size={self.batch_size}, envs_per_actor={self.envs_per_actor}"
+            )
+        for key in ("num_buffers", "learner_threads"):
+            require(getattr(self, key) >= 0, f"runtime.{key}", getattr(self, key), ">= 0")
+        positive_int("runtime.actor_threads", self.actor_threads)
+        require(
+            self.max_actor_restarts >= 0,
+            "runtime.max_actor_restarts",
+            self.max_actor_restarts,
+            ">= 0",
+        )
+        for key in ("actor_restart_window_s", "actor_timeout_s"):
+            require(getattr(self, key) > 0, f"runtime.{key}", getattr(self, key), "> 0")
+        positive_int("runtime.max_nonfinite_updates", self.max_nonfinite_updates)
+        for key, allowed in (("inference", INFERENCE), ("precision", PRECISIONS)):
+            value = getattr(self, key)
+            require(value in allowed, f"runtime.{key}", value, f"one of {allowed}")
+        require(self.inference_batch >= 0, "runtime.inference_batch", self.inference_batch, ">= 0")
+        require(
+            self.inference_wait_ms >= 0, "runtime.inference_wait_ms", self.inference_wait_ms, ">= 0"
+        )
+        positive_int("runtime.inference_threads", self.inference_threads)
+        require(
+            1 <= self.inference_groups <= self.envs_per_actor,
+            "runtime.inference_groups",
+            self.inference_groups,
+            f"between 1 and runtime.envs_per_actor = {self.envs_per_actor}",
+        )
+        slots = self.slots_per_batch
+        require(
+            self.num_buffers == 0 or self.num_buffers >= slots,
+            "runtime.num_buffers",
+            self.num_buffers,
+            f"0 (auto) or >= batch_size / envs_per_actor = {slots}",
+        )
+
+    @property
+    def slots_per_batch(self) -> int:
+        return self.batch_size // self.envs_per_actor
+
+    @property
+    def buffer_slots(self) -> int:
+        """``num_buffers``, or by default: with prefetch, 2 per actor plus one batch (actors
+        never wait); without, one per actor and at least one batch (a policy lag near one
+        update: no slot sits full while the learner works)."""
+        if self.num_buffers:
+            return self.num_buffers
+        if self.prefetch:
+            return 2 * self.actors + self.slots_per_batch
+        return max(self.actors, self.slots_per_batch)
+
+    @property
+    def actors(self) -> int:
+        """Actor processes: ``num_actors``, or by default one per usable CPU (`usable_cpus`) on a
+        small machine and all but ``RESERVED_CPUS`` on a larger one (the learner's and the
+        inference server's)."""
+        if self.num_actors:
+            return self.num_actors
+        cpus = usable_cpus()
+        return cpus if cpus <= SMALL_MACHINE_CPUS else cpus - RESERVED_CPUS
+
+    @property
+    def learner_torch_threads(self) -> int:
+        """``learner_threads``, or by default every usable CPU on a small machine (the actors
+        mostly wait for the learner there) and the CPUs the actors leave on a larger one."""
+        if self.learner_threads:
+            return self.learner_threads
+        cpus = usable_cpus()
+        return cpus if cpus <= SMALL_MACHINE_CPUS else max(1, cpus - self.actors)
+
+    def placement(self, device: torch.device) -> str:
+        """Where the acting policy runs: ``actor`` or ``central`` (``auto`` resolved)."""
+        if self.inference != "auto":
+            return self.inference
+        return "central" if device.type == "cuda" else "actor"
+
+    def resolved_precision(self, device: torch.device) -> str:
+        """The network's precision on ``device``: ``precision``, or for ``auto`` bf16 where the
+        hardware computes it natively (a CUDA GPU with bf16, a CPU with AVX-512 bf16 or AMX
+        instructions: `cpu_has_bf16`) and fp32 elsewhere."""
+        if self.precision != "auto":
+            return self.precision
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if device.type == "cpu" and cpu_has_bf16() else "fp32"
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 arithmetic (the ``avx512_bf16`` or ``amx_bf16`` flag of
+    /proc/cpuinfo; False where that file does not exist)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags.split()))

@@ -183,7 +183,7 @@ def test_a_two_game_run_logs_evaluates_and_reports_each_game(tmp_path: Path) -> 
         assert record["episodes"] == 2
         assert any(f"eval/{game}/episode_return" in r for r in rows)
     report = subprocess.run(
-        [sys.executable, "-m", "stampede.report.report", str(run_dir)],
+        [sys.executable, "-m", "stampede.report.cli", str(run_dir)],
         capture_output=True,
         text=True,
         timeout=60,

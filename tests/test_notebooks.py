@@ -15,7 +15,7 @@ from stampede.config.schema import Config
 from stampede.envs import EnvSettings
 from stampede.eval.protocol import Evaluation
 from stampede.eval.results import EvalRecord, write_eval
-from stampede.report import analysis, hns
+from stampede.report import analysis, curves, hns, plotting
 from stampede.rundir.checkpoint_state import config_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def test_notebook_runs_on_a_sweep_and_saves_its_figure(
     from nbclient import NotebookClient
 
     monkeypatch.setenv(analysis.SWEEP_DIR_ENV, str(sweep))
-    monkeypatch.setenv(analysis.FIGURE_DIR_ENV, str(tmp_path / "figures"))
+    monkeypatch.setenv(plotting.FIGURE_DIR_ENV, str(tmp_path / "figures"))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3").execute(cwd=str(tmp_path))
@@ -117,7 +117,7 @@ def test_find_runs_falls_back_to_eval_json(tmp_path: Path) -> None:
 def test_load_episodes_keeps_the_kept_history_and_falls_back_to_metrics(tmp_path: Path) -> None:
     lines = [{"env/frames": 30, "env/episode_return": 3.0}, {"env/frames": 40}]
     (tmp_path / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n{torn")
-    frames, returns = analysis.load_episodes(tmp_path)
+    frames, _, returns = curves.episodes(tmp_path)
     assert frames.tolist() == [30.0]
     assert returns.tolist() == [3.0]
     lines = [
@@ -125,14 +125,14 @@ def test_load_episodes_keeps_the_kept_history_and_falls_back_to_metrics(tmp_path
         {"env/frames": 5, "env/episode_return": 1.0},
     ]
     (tmp_path / "episodes.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
-    frames, returns = analysis.load_episodes(tmp_path)  # restarted at 5: the game at 20 was undone
+    frames, _, returns = curves.episodes(tmp_path)  # restarted at 5: the game at 20 was undone
     assert (frames.tolist(), returns.tolist()) == ([5.0], [1.0])
 
 
 def test_smooth_is_a_trailing_mean() -> None:
-    out = analysis.smooth(np.array([1.0, 2.0, 3.0, 4.0]), window=2)
+    out = curves.smooth(np.array([1.0, 2.0, 3.0, 4.0]), window=2)
     np.testing.assert_allclose(out, [1.0, 1.5, 2.5, 3.5])
-    np.testing.assert_allclose(analysis.smooth(np.array([5.0, 7.0]), window=1), [5.0, 7.0])
+    np.testing.assert_allclose(curves.smooth(np.array([5.0, 7.0]), window=1), [5.0, 7.0])
 
 
 def test_seed_band_spans_the_seeds() -> None:

@@ -1,5 +1,6 @@
-"""Population-based training: the controller's decisions (``stampede.search.pbt``) and a whole population
-on CartPole through ``python run.py +experiment=pbt_pong`` (the sweeper ``hydra/sweeper=pbt``)."""
+"""Population-based training: the controller's decisions (``stampede.search.pbt``) and a whole
+population on CartPole through ``python run.py +experiment=pbt_pong`` (the sweeper
+``hydra/sweeper=pbt``)."""
 
 from __future__ import annotations
 

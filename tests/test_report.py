@@ -1,5 +1,6 @@
-"""The Atari-57 results table (stampede.report.hns), the report of a sweep (stampede.report.report: every bad
-input one line and exit 2) and the game list (stampede.envs.games)."""
+"""The Atari-57 results table (stampede.report.hns), the report of a sweep (stampede.report.report
+and stampede.report.cli: every bad input one line and exit 2) and the game list
+(stampede.envs.games)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from stampede.envs import games as atari57_module
 from stampede.envs.games import ATARI5, ATARI57, IMPALA_SCORES_CSV, RANDOM_HUMAN_CSV, read_data_csv
+from stampede.report import cli as report_cli
 from stampede.report import hns, report
 
 # A partial sweep: 3 games x 2 seeds, scores chosen so means and stds are easy to check.
@@ -226,7 +228,7 @@ def test_cli_prints_table_and_writes_csv_and_markdown(
     sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     csv_path, md_path = tmp_path / "table.csv", tmp_path / "table.md"
-    code = report.cli([str(sweep), "--csv", str(csv_path), "--markdown", str(md_path)])
+    code = report_cli.cli([str(sweep), "--csv", str(csv_path), "--markdown", str(md_path)])
     assert code == 0
     out = capsys.readouterr().out
     assert "games present: 3 of 57" in out
@@ -254,7 +256,7 @@ def test_cli_warns_in_one_line_per_skipped_file(
     (sweep / "broken").mkdir()
     (sweep / "broken" / "eval.json").write_text("{not json")
     _write(sweep / "other" / "eval.json", _eval_record("not_a_game", 1, 7.0))
-    assert report.cli([str(sweep)]) == 0
+    assert report_cli.cli([str(sweep)]) == 0
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2, err
     assert all(line.startswith("stampede-report: warning: skipping ") for line in err)
@@ -322,7 +324,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert report.cli(make(tmp_path)) == 2
+    assert report_cli.cli(make(tmp_path)) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("stampede-report: ")
@@ -337,7 +339,7 @@ def test_cli_bad_command_line_is_one_line_and_exit_2(
     argv: list[str], names: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as caught:
-        report.cli(argv)
+        report_cli.cli(argv)
     assert caught.value.code == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1, err

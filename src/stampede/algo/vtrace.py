@@ -17,8 +17,8 @@ pg_rho_t * (r_t + gamma_t * v_{t+1} - V(x_t)), with pg_rho_t = min(pg_rho_bar, p
 The code writes these indices as rlax does: ``r_t``, ``discount_t`` (gamma_t), ``v_t`` (V(x_t)),
 ``v_tp1`` (V(x_{t+1})), ``rho_t``. rlax anchors a step at the state its transition reaches, so
 its ``v_tm1``, ``v_t``, ``rho_tm1`` are our ``v_t``, ``v_tp1``, ``rho_t``; ``r_t`` and
-``discount_t`` mean the same in both. ``stampede.train.buffers.transitions`` cuts a [T + 1, B] rollout
-into these [T, B] steps.
+``discount_t`` mean the same in both. ``stampede.train.buffers.transitions`` cuts a
+[T + 1, B] rollout into these [T, B] steps.
 
 Clip values are floats > 0; pass ``math.inf`` to switch a clip off (None is not accepted).
 """

@@ -1,8 +1,7 @@
 """``ConfigError`` and the two checks the schemas state their rules with.
 
-A module of its own because two schema modules raise it: ``stampede.config.schema`` (the groups and the
-root ``Config``) and ``stampede.config.models`` (the model schemas), and the first imports the
-second, so neither can hold it.
+A module of its own because several schema modules raise it (``stampede.config.schema``,
+``stampede.config.runtime``, ``stampede.config.models``) and import each other.
 """
 
 from __future__ import annotations

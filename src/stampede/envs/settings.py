@@ -1,7 +1,7 @@
 """Every ``env.*`` setting, once: its name, its default and its check.
 
-``EnvSettings`` is the ``env`` group's schema in ``stampede.config.schema`` (Hydra composes into it and
-``__post_init__`` checks the result before any process starts) and what every backend here is
+``EnvSettings`` is the ``env`` group's schema in ``stampede.config.schema`` (Hydra composes into
+it and ``__post_init__`` checks the result before any process starts) and what every backend here is
 built from, so a setting cannot drift between the config and the environments.
 
 Atari defaults follow the paper (DQN Nature protocol): up to 30 no-op starts, action repeat 4

@@ -4,8 +4,8 @@ and an MLP.
 Hydra builds them with `_target_: stampede.models.AtariNet` (or NatureNet, ResNet, MLP) plus the
 env's obs_shape and num_actions; they take plain ints and sequences, never the config. Their
 other constructor arguments, with their defaults, are the `model.*` keys
-(`stampede.config.models.model_schema`), and they check those values themselves. `policy_step` is one
-step of a network's policy, as the actors and evaluation run it.
+(`stampede.config.models.model_schema`), and they check those values themselves. `policy_step`
+is one step of a network's policy, as the actors and evaluation run it.
 """
 
 from stampede.models.atari import AtariNet, NatureNet, ResNet

@@ -2,10 +2,10 @@
 
 IMPALA's network (Espeholt et al. 2018, arXiv 1802.01561, Fig. 3) sees, at x_t, the observation,
 the last action a_{t-1}, the clipped reward r_{t-1} of the transition into x_t, and whether x_t
-starts an episode (the rollout's time convention is in ``stampede.train.buffers``). ``policy_step`` runs
-it for one time step of B environments and picks a_t; the actors (``stampede.train.actor``) and
-evaluation (``stampede.eval.protocol``) both act through it, so both feed the network as the learner
-does.
+starts an episode (the rollout's time convention is in ``stampede.train.buffers``).
+``policy_step`` runs it for one time step of B environments and picks a_t; the actors
+(``stampede.train.actor``), the inference server (``stampede.train.inference``) and evaluation
+(``stampede.eval.policy``) all act through it, so all feed the network as the learner does.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from stampede.report.analysis import _pyplot, smooth
-from stampede.rundir.files import read_episodes
+from stampede.report.plotting import pyplot
+from stampede.rundir.files import EPISODES_FILE, read_episodes, read_metrics, surviving_rows
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -60,13 +60,28 @@ def from_run(run_dir: str | Path, window: int = WINDOW, game: str | None = None)
 def episodes(run_dir: str | Path, game: str | None = None) -> tuple[np.ndarray, ...]:
     """(frames [N], training seconds [N], returns [N]) of the run's finished games, in order, of
     the history it kept across restarts; with ``game``, that game's games of a multi-task run
-    against the frames of that game alone."""
+    against the frames of that game alone. A run without ``episodes.jsonl`` (older runs) gives
+    the per-interval means of ``metrics.jsonl`` instead."""
+    run_dir = Path(run_dir)
     prefix = f"env/{game}" if game else "env"
-    rows = [r for r in read_episodes(Path(run_dir)) if f"{prefix}/episode_return" in r]
+    rows = read_episodes(run_dir)
+    if not (run_dir / EPISODES_FILE).exists():
+        rows = surviving_rows(read_metrics(run_dir))
+    rows = [r for r in rows if f"{prefix}/episode_return" in r]
     frames = np.array([r[f"{prefix}/frames"] for r in rows], dtype=np.float64)
     elapsed = np.array([r.get("time/elapsed_s", math.nan) for r in rows], dtype=np.float64)
     returns = np.array([r[f"{prefix}/episode_return"] for r in rows], dtype=np.float64)
     return frames, elapsed, returns
+
+
+def smooth(returns: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over the last ``window`` games ([N] -> [N]; shorter at the start)."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    csum = np.concatenate([[0.0], np.cumsum(returns, dtype=np.float64)])  # [N + 1]
+    n = np.arange(1, len(returns) + 1)
+    start = np.maximum(n - window, 0)
+    return (csum[n] - csum[start]) / (n - start)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +139,7 @@ def plot(
     random_score: float | None = None,
 ) -> Figure:
     """One panel: each named curve's mean return of the last games against frames."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import EngFormatter
 
     fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")

@@ -6,8 +6,8 @@ evaluation does) with the policy the learner publishes (shared CPU memory, or CU
 through IPC on a GPU: no per-step copy through pickling). With ``central`` it holds no model: it
 steps its envs in two groups, and while one group waits for the inference server's answer
 (``stampede.train.inference``) it steps the other. It fills one free rollout slot with
-``unroll_length + 1`` steps of all its envs (see ``stampede.train.buffers``), stamps it with the policy
-version it started from, and hands the slot index to the learner.
+``unroll_length + 1`` steps of all its envs (see ``stampede.train.buffers``), stamps it with
+the policy version it started from, and hands the slot index to the learner.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def _write(
 class LocalPolicy:
     """``runtime.inference=actor``: the actor's own forward pass with the published model, on
     ``device`` (the learner's: shared CPU memory or CUDA IPC). The same two calls as
-    ``stampede.train.inference.InferenceClient``, so the rollout loop does not know where it acts."""
+    ``stampede.train.requests.InferenceClient``, so the rollout loop does not know where it
+    acts."""
 
     def __init__(self, model: ActorCritic, device: torch.device, reward_clip: float) -> None:
         self.model, self.device, self.reward_clip = model, device, reward_clip

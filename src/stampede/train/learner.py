@@ -19,10 +19,10 @@ first. With
 ``runtime.precision: bf16`` the network's forward runs under autocast in bfloat16; V-trace and
 the losses stay in float32. ``runtime.compile`` runs that forward through `torch.compile`.
 
-With PopArt (``vtrace.popart``, ``stampede.algo.popart``) the network's baseline outputs are normalised
-per task: each batch first moves the task statistics towards its V-trace targets (rescaling the
-baseline head so that the unnormalised values stay as they were), then the losses are computed
-in normalised space.
+With PopArt (``vtrace.popart``, ``stampede.algo.popart``) the network's baseline outputs are
+normalised per task: each batch first moves the task statistics towards its V-trace targets
+(rescaling the baseline head so that the unnormalised values stay as they were), then the
+losses are computed in normalised space.
 """
 
 from __future__ import annotations

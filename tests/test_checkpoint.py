@@ -4,6 +4,8 @@ checkpoint holds (its fingerprint, its stored config) still fits after the schem
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,8 @@ from stampede.envs import EnvError, EnvSettings, EnvSpec
 from stampede.eval import run as eval_run
 from stampede.rundir import checkpoint, files
 from stampede.rundir.checkpoint_state import check_fits, config_yaml, fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def state(frames: int) -> dict:
@@ -157,3 +161,36 @@ def test_a_stored_config_with_an_old_backend_name_still_loads(tmp_path: Path) ->
     # Typed today (a command line, a YAML file), the old name still gets the rename error.
     with pytest.raises(EnvError, match=r"env\.backend='gymnasium' was renamed 'python_loop'"):
         EnvSettings(kind="gym", gym_id="CartPole-v1", backend="gymnasium")
+
+
+def test_a_run_written_before_the_package_layout_changed_resumes(tmp_path: Path) -> None:
+    """``tests/data/run_before_issue20`` is a CartPole run directory (config.yaml and its
+    checkpoint at 3,072 frames) written by the code of the flat ``stampede`` package, before
+    issue 20 moved the modules into subpackages. The same command with more frames resumes it
+    where it was: the stored config, fingerprint and state still load."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "run_before_issue20", run_dir)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            f"hydra.run.dir={run_dir}",
+            "env=cartpole",
+            "model=mlp",
+            "total_frames=5000",
+            "runtime.num_actors=1",
+            "runtime.envs_per_actor=4",
+            "runtime.batch_size=4",
+            "logger.wandb.mode=disabled",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = (run_dir / "run.log").read_text()
+    assert "resumed from" in log
+    assert "frames=3072 updates=24" in log
+    _, state = checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir))
+    assert state["frames"] >= 5000

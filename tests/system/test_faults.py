@@ -22,7 +22,7 @@ import torch
 from stampede.rundir import checkpoint
 from stampede.rundir.files import read_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "model=mlp",
     "runtime.num_actors=2",

@@ -22,7 +22,7 @@ from stampede.rundir import checkpoint
 from stampede.rundir.files import WANDB_ID_FILE, read_metrics
 from stampede.search import pbt
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOUNDS = {
     "optim.lr": pbt.Bound(1e-4, 3e-3, log=True),
     "vtrace.entropy_cost": pbt.Bound(1e-3, 5e-2, log=True),

@@ -35,7 +35,7 @@ from stampede.train.inference import ServerSetup, _Server
 from stampede.train.requests import RequestTable, env_groups
 from stampede.train.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OBS, A = 4, 3
 SPEC = EnvSpec((OBS,), np.dtype(np.float32), A, 1)
 SETUP = ServerSetup(

@@ -24,7 +24,7 @@ from stampede.train import trainer as runner
 from stampede.train.trainer import Trainer
 from stampede.train.window import Window
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 TINY = ["env=cartpole", "model=mlp", "debug=fast", "logger.wandb.mode=disabled"]
 

@@ -16,7 +16,7 @@ import pytest
 
 from stampede.report import curves as learning_curve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 
 from stampede.report import curves as learning_curve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write_episodes(run_dir: Path, returns: list[float], frames_per_game: int = 1000) -> None:

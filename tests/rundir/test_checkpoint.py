@@ -20,7 +20,7 @@ from stampede.eval import run as eval_run
 from stampede.rundir import checkpoint, files
 from stampede.rundir.checkpoint_state import check_fits, config_yaml, fingerprint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def state(frames: int) -> dict:
@@ -169,7 +169,7 @@ def test_a_run_written_before_the_package_layout_changed_resumes(tmp_path: Path)
     issue 20 moved the modules into subpackages. The same command with more frames resumes it
     where it was: the stored config, fingerprint and state still load."""
     run_dir = tmp_path / "run"
-    shutil.copytree(Path(__file__).parent / "data" / "run_before_issue20", run_dir)
+    shutil.copytree(ROOT / "tests" / "data" / "run_before_issue20", run_dir)
     proc = subprocess.run(
         [
             sys.executable,

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from stampede.config.compose import GROUP_SCHEMAS, register_configs, to_config
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = ("env", "model", "optim", "vtrace", "runtime", "logger", "infra")
 OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF / group).glob("*.yaml"))]
 # What each option needs besides itself to compose into a valid config.

@@ -30,7 +30,7 @@ from stampede.envs import EnvSettings
 from stampede.models import MLP
 from stampede.rundir import lock as run_lock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 
 

@@ -18,7 +18,7 @@ from stampede.eval.results import EvalRecord, write_eval
 from stampede.report import analysis, curves, hns, plotting
 from stampede.rundir.checkpoint_state import config_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = {
     "learning_curves.ipynb": "learning_curves.png",
     "atari57_report.ipynb": "atari57_report.png",

@@ -21,7 +21,7 @@ import pytest
 
 from stampede.rundir.files import read_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARGS = [
     "env=cartpole",
     "model=mlp",

@@ -17,7 +17,7 @@ from stampede.config.compose import load_config
 
 optuna = pytest.importorskip("optuna")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "env=cartpole",
     "model=mlp",

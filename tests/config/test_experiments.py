@@ -21,7 +21,7 @@ from stampede.envs import atari_games
 from stampede.envs.games import ATARI5, atari57
 from stampede.report import analysis
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 

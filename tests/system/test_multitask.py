@@ -16,7 +16,7 @@ from stampede.envs import EnvError, EnvSettings, make_vec_env
 from stampede.envs.settings import env_tasks
 from stampede.models import NatureNet
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TWO = {"games": ["pong", "breakout"], "full_action_space": True}
 
 

@@ -21,7 +21,7 @@ from stampede.rundir import checkpoint
 from stampede.rundir.files import read_metrics
 from stampede.train.timing import ACTOR_STAGES, LEARNER_STAGES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # CartPole settings that learn in about a minute on 2 CPU cores: one optimizer step per batch
 # with raw advantages (IMPALA's own update; the Atari defaults' several passes per batch would

@@ -28,7 +28,7 @@ from stampede.models import MLP
 from stampede.report import report
 from stampede.rundir import checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CARTPOLE: dict[str, Any] = {"kind": "gym", "gym_id": "CartPole-v1"}
 CARTPOLE_ENV = EnvSettings(**CARTPOLE)
 

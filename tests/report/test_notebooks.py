@@ -68,7 +68,7 @@ def test_notebook_is_stored_without_outputs(name: str) -> None:
     assert all(cell.outputs == [] and cell.execution_count is None for cell in code)
     source = "\n".join(cell.source for cell in code)
     imported = {line.split()[1] for line in source.splitlines() if line.startswith("from ")}
-    assert imported <= {"stampede", "IPython.display"}  # the public API only
+    assert imported <= {"stampede.report", "IPython.display"}  # the public API only
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

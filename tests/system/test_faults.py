@@ -18,11 +18,11 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from conftest import ROOT, run_py
 
 from stampede.rundir import checkpoint
 from stampede.rundir.files import read_metrics
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "model=mlp",
     "runtime.num_actors=2",
@@ -32,19 +32,6 @@ TINY = [
     "logger.interval_s=1",
     "logger.wandb.mode=disabled",
 ]
-
-
-def run_py(
-    run_dir: Path, *overrides: str, timeout: float = 120, **kwargs
-) -> subprocess.CompletedProcess:
-    kwargs.setdefault("cwd", run_dir.parent)
-    return subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={run_dir}", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **kwargs,
-    )
 
 
 def faulty(name: str) -> list[str]:

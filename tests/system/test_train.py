@@ -6,22 +6,18 @@ import json
 import math
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
+from conftest import run_py, start_py, wait_for
 
 from stampede.report import curves as learning_curve
 from stampede.rundir import checkpoint
 from stampede.rundir.files import read_metrics
 from stampede.train.timing import ACTOR_STAGES, LEARNER_STAGES
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # CartPole settings that learn in about a minute on 2 CPU cores: one optimizer step per batch
 # with raw advantages (IMPALA's own update; the Atari defaults' several passes per batch would
@@ -46,34 +42,6 @@ CARTPOLE = [
     "logger.interval_s=1",
     "logger.wandb.mode=disabled",
 ]
-
-
-def run_py(run_dir: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={run_dir}", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=run_dir.parent,
-    )
-
-
-def start_py(run_dir: Path, *overrides: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={run_dir}", *overrides],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=run_dir.parent,
-    )
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def episode_returns(run_dir: Path) -> list[float]:

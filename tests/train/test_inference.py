@@ -23,6 +23,7 @@ import psutil
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import ROOT, run_py, wait_for
 
 from stampede.config.compose import load_config
 from stampede.envs import EnvSpec
@@ -35,7 +36,6 @@ from stampede.train.inference import ServerSetup, _Server
 from stampede.train.requests import RequestTable, env_groups
 from stampede.train.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[2]
 OBS, A = 4, 3
 SPEC = EnvSpec((OBS,), np.dtype(np.float32), A, 1)
 SETUP = ServerSetup(
@@ -230,16 +230,6 @@ CARTPOLE_CENTRAL = [
 ]
 
 
-def run_py(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={run_dir}", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=run_dir.parent,
-    )
-
-
 def test_cartpole_learns_with_central_inference(tmp_path: Path) -> None:
     """As test_train's CartPole test, through the server: the games of the last 40k of 200k
     frames score at least 3x the first 20 (random play: about 22); the server batched the
@@ -268,13 +258,6 @@ def _children(pid: int) -> list[psutil.Process]:
     return [c for c in runner.children(recursive=True) if c.ppid() != runner.pid]
 
 
-def _wait(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 @pytest.mark.parametrize("victim", ["actor", "server"])
 def test_a_killed_actor_or_server_is_replaced_and_training_goes_on(
     victim: str, tmp_path: Path
@@ -297,7 +280,7 @@ def test_a_killed_actor_or_server_is_replaced_and_training_goes_on(
         cwd=tmp_path,
     )
     try:
-        _wait(lambda: len(read_metrics(run_dir)) >= 2, 60, "metrics")
+        wait_for(lambda: len(read_metrics(run_dir)) >= 2, 60, "metrics")
         server_pid = int(
             re.findall(
                 r"inference server started \(pid (\d+)\)", (run_dir / "run.log").read_text()
@@ -315,9 +298,9 @@ def test_a_killed_actor_or_server_is_replaced_and_training_goes_on(
                 return "restarting the inference server" in (run_dir / "run.log").read_text()
             return read_metrics(run_dir)[-1].get("actors/restarts", 0) >= 1
 
-        _wait(replaced, 60, f"the {victim}'s replacement")
+        wait_for(replaced, 60, f"the {victim}'s replacement")
         frames = read_metrics(run_dir)[-1]["env/frames"]
-        _wait(
+        wait_for(
             lambda: read_metrics(run_dir)[-1]["env/frames"] > frames + 2000,
             60,
             "training after the replacement",

@@ -19,7 +19,6 @@ from stampede.config.compose import load_config
 from stampede.config.models import ResNetConfig
 from stampede.envs import atari_games
 from stampede.envs.games import ATARI5, atari57
-from stampede.report import analysis
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -161,10 +160,3 @@ def test_pong_quick_is_a_single_run() -> None:
 
 def test_every_swept_game_is_an_ale_game() -> None:
     assert set(atari57()) <= set(atari_games())
-
-
-def test_games_resolver_values() -> None:
-    assert analysis.games_sweep("atari5") == ",".join(ATARI5)
-    assert analysis.games_sweep("atari57").split(",") == list(atari57())
-    with pytest.raises(ValueError, match="unknown game set 'atari100'"):
-        analysis.games("atari100")

@@ -12,36 +12,12 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from conftest import run_py, start_py, wait_for
+from conftest import CARTPOLE, run_py, start_py, wait_for
 
 from stampede.report import curves as learning_curve
 from stampede.rundir import checkpoint
 from stampede.rundir.files import read_metrics
 from stampede.train.timing import ACTOR_STAGES, LEARNER_STAGES
-
-# CartPole settings that learn in about a minute on 2 CPU cores: one optimizer step per batch
-# with raw advantages (IMPALA's own update; the Atari defaults' several passes per batch would
-# only cost time here).
-CARTPOLE = [
-    "env=cartpole",
-    "model=mlp",
-    "optim=adam",
-    "optim.lr=0.001",
-    "optim.epochs=1",
-    "optim.minibatches=1",
-    "vtrace.normalize_advantages=false",
-    "vtrace.lambda_=1.0",
-    "runtime.prefetch=true",
-    "optim.anneal_lr=false",
-    "vtrace.entropy_cost=0.01",
-    "vtrace.reward_clip=0",
-    "runtime.num_actors=2",
-    "runtime.envs_per_actor=8",
-    "runtime.batch_size=16",
-    "runtime.unroll_length=20",
-    "logger.interval_s=1",
-    "logger.wandb.mode=disabled",
-]
 
 
 def episode_returns(run_dir: Path) -> list[float]:

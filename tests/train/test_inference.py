@@ -23,7 +23,7 @@ import psutil
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import ROOT, run_py, wait_for
+from conftest import CARTPOLE, ROOT, run_py, wait_for
 
 from stampede.config.compose import load_config
 from stampede.envs import EnvSpec
@@ -209,25 +209,7 @@ def test_actors_hold_no_model_with_central_inference(tmp_path: Path, monkeypatch
 
 # ------------------------------------------------------------------------- whole runs
 
-CARTPOLE_CENTRAL = [
-    "env=cartpole",
-    "model=mlp",
-    "optim=adam",
-    "optim.lr=0.001",
-    "optim.epochs=1",
-    "optim.minibatches=1",
-    "vtrace.normalize_advantages=false",
-    "vtrace.lambda_=1.0",
-    "runtime.prefetch=true",
-    "optim.anneal_lr=false",
-    "vtrace.reward_clip=0",
-    "runtime.num_actors=2",
-    "runtime.envs_per_actor=8",
-    "runtime.batch_size=16",
-    "runtime.inference=central",
-    "logger.interval_s=1",
-    "logger.wandb.mode=disabled",
-]
+CARTPOLE_CENTRAL = [*CARTPOLE, "runtime.inference=central"]  # conftest's CartPole recipe
 
 
 def test_cartpole_learns_with_central_inference(tmp_path: Path) -> None:

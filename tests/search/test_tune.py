@@ -12,9 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from stampede.config.checks import ConfigError
-from stampede.config.compose import load_config
-
 optuna = pytest.importorskip("optuna")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,20 +94,6 @@ def test_optuna_study_runs_trials_in_parallel_and_a_restart_adds_to_it(tmp_path:
     assert [t.params for t in study.trials[:4]] == [t.params for t in done]
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     assert "Using an existing study" in again.stdout + again.stderr
-
-
-def test_objective_key_is_checked_before_anything_runs() -> None:
-    conf = ROOT / "conf"
-    with pytest.raises(ConfigError, match=r"objective='env/score'.*one of env/episode_return"):
-        load_config(conf, ["env=cartpole", "model=mlp", "objective=env/score"])
-    with pytest.raises(ConfigError, match=r"set eval.at_end=true"):
-        load_config(conf, ["env=cartpole", "model=mlp", "objective=eval/episode_return"])
-    with pytest.raises(ConfigError, match=r"'tetris' is not one of env.games"):
-        load_config(conf, ["env.games=[pong,breakout]", "env.full_action_space=true",
-                           "objective=env/tetris/episode_return"])  # fmt: skip
-    cfg = load_config(conf, ["env=cartpole", "model=mlp", "eval.at_end=true",
-                             "objective=eval/episode_return_median"])  # fmt: skip
-    assert cfg.search_objective.figure == "episode_return_median"
 
 
 def test_tune_pong_composes_as_documented() -> None:

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from torch.nn import Linear
 
 from stampede.cli import check_command_line
+from stampede.config import runtime as runtime_module
 from stampede.config.checks import ConfigError
 from stampede.config.compose import GROUP_SCHEMAS, register_configs, to_config
 from stampede.config.models import ENV_ARGUMENTS, model_factory, model_schema, network_class
@@ -213,6 +214,32 @@ def test_derived_values_are_properties() -> None:
 
 
 @pytest.mark.parametrize(
+    ("cpus", "actors", "learner_threads"),
+    [(1, 1, 1), (2, 2, 2), (4, 4, 4), (16, 14, 2), (64, 62, 2)],
+)
+def test_the_default_layout_follows_the_cpus(
+    cpus: int, actors: int, learner_threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up to 4 CPUs: an actor per CPU, the learner on all of them; above: 2 CPUs kept for the
+    learner and the inference server, the rest actors. Explicit values win."""
+    monkeypatch.setattr(runtime_module, "usable_cpus", lambda: cpus)
+    r = RuntimeConfig()
+    assert (r.actors, r.learner_torch_threads) == (actors, learner_threads)
+    assert RuntimeConfig(num_actors=3, learner_threads=5).actors == 3
+    assert RuntimeConfig(num_actors=3, learner_threads=5).learner_torch_threads == 5
+
+
+def test_placement_and_precision_resolve_auto_per_device() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    r = RuntimeConfig()
+    assert (r.placement(cpu), r.placement(cuda)) == ("actor", "central")
+    assert r.resolved_precision(cpu) == "fp32"  # bf16 on a CPU is opt-in
+    for placement in ("actor", "central"):
+        assert RuntimeConfig(inference=placement).placement(cuda) == placement
+    assert RuntimeConfig(precision="bf16").resolved_precision(cpu) == "bf16"
+
+
+@pytest.mark.parametrize(
     ("build", "message"),
     [
         (lambda: VTraceConfig(discount=1.5), "vtrace.discount must be in [0, 1], got 1.5"),
@@ -228,6 +255,12 @@ def test_derived_values_are_properties() -> None:
         (lambda: RuntimeConfig(num_actors=-1), "runtime.num_actors must be a positive integer"),
         (lambda: VTraceConfig(pg_clip=1.0), "vtrace.pg_clip must be in [0, 1"),
         (lambda: OptimConfig(epochs=0), "optim.epochs must be a positive integer"),
+        (lambda: RuntimeConfig(inference="gpu"), "runtime.inference must be one of"),
+        (lambda: RuntimeConfig(precision="fp16"), "runtime.precision must be one of"),
+        (
+            lambda: RuntimeConfig(envs_per_actor=2, batch_size=4, inference_groups=3),
+            "runtime.inference_groups must be between 1 and runtime.envs_per_actor = 2",
+        ),
     ],
 )
 def test_cross_field_checks_name_the_key(build, message: str) -> None:

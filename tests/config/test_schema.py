@@ -210,7 +210,8 @@ def test_env_schema_is_the_envs_own_settings() -> None:
 def test_derived_values_are_properties() -> None:
     r = RuntimeConfig(num_actors=3, envs_per_actor=8, batch_size=32)
     assert r.slots_per_batch == 4
-    assert r.buffer_slots == 2 * 3 + 4
+    assert r.buffer_slots == max(3, 4)  # no prefetch (the default): one per actor, a batch
+    assert RuntimeConfig(num_actors=3, batch_size=32, prefetch=True).buffer_slots == 2 * 3 + 4
 
 
 @pytest.mark.parametrize(

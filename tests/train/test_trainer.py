@@ -88,9 +88,11 @@ def _batch() -> dict[str, torch.Tensor]:
 def test_a_skipped_update_stays_out_of_the_interval_means() -> None:
     window = Window(frames=0, frames_per_step=1, world_size=1)
     good = {"loss/pg": 1.0, "loss/baseline": 2.0, "loss/entropy": -1.0, "learner/grad_norm": 4.0}
+    good |= {"learner/skipped": 0.0}  # the learner's word on each update
     window.add(good | {"learner/explained_variance": 0.5}, _batch())
     nan = float("nan")
-    window.add(good | {"loss/baseline": nan, "learner/grad_norm": nan}, _batch())
+    skipped = {"loss/baseline": nan, "learner/grad_norm": nan, "learner/skipped": 1.0}
+    window.add(good | skipped, _batch())
     window.add(good | {"learner/explained_variance": nan}, _batch())  # a NaN diagnostic only
     line = window.line(frames=300, updates=3)
     assert line["loss/baseline"] == 2.0
@@ -98,6 +100,7 @@ def test_a_skipped_update_stays_out_of_the_interval_means() -> None:
     assert line["learner/explained_variance"] == 0.5
     assert line["learner/skipped_in_interval"] == 1
     assert line["env/episodes"] == 3  # the skipped update's games still count
+    assert "learner/skipped" not in line  # a flag per update, not a figure
 
 
 # An older run's checkpoint: its fingerprint records the MLP's arguments the schema had then (no

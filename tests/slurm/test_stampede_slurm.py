@@ -215,6 +215,9 @@ def test_preempted_job_requeues_and_resumes(slurm: LocalSlurm, tmp_path: Path) -
     print(json.dumps({"requeue_to_finish_s": round(time.monotonic() - preempted_at, 1)}))
 
 
+# Its own waits add up past the module's 240 s: 120 s for member 0 to start, then 300 s for the
+# controller (seen: 178 s alone on 2 cores, past 240 s with a training run beside it).
+@pytest.mark.timeout(480)
 def test_pbt_members_as_slurm_jobs_survive_a_preemption(slurm: LocalSlurm, tmp_path: Path) -> None:
     """`+experiment=pbt_pong infra=slurm` with 2 members: each round is a 2-job array; member 0's
     job is preempted (USR2) in the first round, requeues, resumes from its checkpoint, and the

@@ -1,10 +1,7 @@
-"""The runner's own state: what a resumed run restores, and how many processes it starts."""
+"""The trainer's own state: what a resumed run restores, and how many processes it starts."""
 
 from __future__ import annotations
 
-import errno
-import logging
-import os
 import subprocess
 import sys
 import threading
@@ -18,11 +15,9 @@ import torch
 
 from stampede.config.compose import load_config
 from stampede.rundir import checkpoint
-from stampede.rundir import lock as run_lock
 from stampede.rundir.checkpoint import CheckpointError
 from stampede.train import trainer as runner
 from stampede.train.trainer import Trainer
-from stampede.train.window import Window
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -75,32 +70,6 @@ def test_one_actor_per_cpu_of_the_allocation_not_of_the_machine() -> None:
         timeout=60,
     )
     assert out.stdout.strip() == "1"
-
-
-def _batch() -> dict[str, torch.Tensor]:
-    return {
-        "actor_time": torch.ones(1, 5, dtype=torch.float64),
-        "episode_return": torch.tensor([[float("nan")], [3.0]]),
-        "episode_length": torch.tensor([[0], [7]]),
-    }
-
-
-def test_a_skipped_update_stays_out_of_the_interval_means() -> None:
-    window = Window(frames=0, frames_per_step=1, world_size=1)
-    good = {"loss/pg": 1.0, "loss/baseline": 2.0, "loss/entropy": -1.0, "learner/grad_norm": 4.0}
-    good |= {"learner/skipped": 0.0}  # the learner's word on each update
-    window.add(good | {"learner/explained_variance": 0.5}, _batch())
-    nan = float("nan")
-    skipped = {"loss/baseline": nan, "learner/grad_norm": nan, "learner/skipped": 1.0}
-    window.add(good | skipped, _batch())
-    window.add(good | {"learner/explained_variance": nan}, _batch())  # a NaN diagnostic only
-    line = window.line(frames=300, updates=3)
-    assert line["loss/baseline"] == 2.0
-    assert line["learner/grad_norm"] == 4.0
-    assert line["learner/explained_variance"] == 0.5
-    assert line["learner/skipped_in_interval"] == 1
-    assert line["env/episodes"] == 3  # the skipped update's games still count
-    assert "learner/skipped" not in line  # a flag per update, not a figure
 
 
 # An older run's checkpoint: its fingerprint records the MLP's arguments the schema had then (no
@@ -214,19 +183,6 @@ def test_the_batch_thread_is_joined_before_the_pool_stops(
     (thread,) = pool.callers
     assert not thread.is_alive()
     assert pool.after_stop == []
-
-
-def test_a_filesystem_without_locks_still_trains_and_says_so(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    def no_locks(*args: object) -> None:  # e.g. Lustre mounted without flock
-        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
-
-    monkeypatch.setattr(run_lock.fcntl, "flock", no_locks)
-    with caplog.at_level(logging.WARNING, logger="stampede"), run_lock.hold(tmp_path):
-        pass
-    assert "a second run on this directory would not be refused" in caplog.text
-    assert os.strerror(errno.ENOLCK) in caplog.text
 
 
 def test_a_resumed_run_takes_the_optimizer_settings_of_its_config(tmp_path: Path) -> None:

@@ -9,7 +9,13 @@ is one step of a network's policy, as the actors and evaluation run it.
 """
 
 from stampede.models.atari import AtariNet, NatureNet, ResNet
-from stampede.models.base import ActorCritic, CoreState, ModelOutput, select_action
+from stampede.models.base import (
+    ActorCritic,
+    CoreState,
+    ModelOutput,
+    precision_context,
+    select_action,
+)
 from stampede.models.mlp import MLP
 from stampede.models.policy import PolicyStep, clip_reward, policy_step
 
@@ -24,5 +30,6 @@ __all__ = [
     "ResNet",
     "clip_reward",
     "policy_step",
+    "precision_context",
     "select_action",
 ]

@@ -16,7 +16,8 @@ Time-major throughout: every input and output is [T, B, ...].
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -273,3 +274,11 @@ def _compute_dtype(device: torch.device) -> torch.dtype:
     if torch.is_autocast_enabled(device.type):
         return torch.get_autocast_dtype(device.type)
     return torch.float32
+
+
+def precision_context(precision: str, device: torch.device) -> AbstractContextManager[Any]:
+    """The context a network's forward runs in at ``runtime.precision``: bf16 autocast on
+    ``device``'s type, or none for fp32 (the learner's and the inference server's forward)."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()

@@ -19,7 +19,6 @@ episode start (``done``), as in the actors' own inference.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -31,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from stampede.models import ActorCritic, policy_step
+from stampede.models import ActorCritic, policy_step, precision_context
 from stampede.train.requests import POLL_S, SERVER_STAGES, RequestTable
 from stampede.train.timing import StageClock, fractions
 
@@ -125,7 +124,7 @@ class _Server:
                 t.done.index_select(0, rows),
             )
             task = t.task.index_select(0, rows)
-        with self.clock.stage("forward"), self._autocast():
+        with self.clock.stage("forward"), precision_context(self.setup.precision, self.device):
             core = tuple(c.to(self.device) for c in core)
             step = policy_step(
                 self.model,
@@ -144,11 +143,6 @@ class _Server:
                 t.answered[r] = seen[r]
                 t.reply[r].release()
             t.counters += torch.tensor([1, len(pending), len(rows)])
-
-    def _autocast(self) -> Any:
-        if self.setup.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
 
     def _publish_time(self) -> None:
         seconds, _ = self.clock.lap()

@@ -27,10 +27,9 @@ losses are computed in normalised space.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -39,7 +38,7 @@ from stampede.algo.losses import impala_loss_stats
 from stampede.algo.optim import build_optimizer, linear_lr
 from stampede.algo.popart import PopArt
 from stampede.config.schema import OptimConfig, VTraceConfig
-from stampede.models import ActorCritic, ModelOutput, clip_reward
+from stampede.models import ActorCritic, ModelOutput, clip_reward, precision_context
 from stampede.train import buffers
 from stampede.train.guard import GUARDED, STEP_KEYS, NumericalFailure, Undo, nonfinite
 from stampede.train.minibatch import Arrival, batch_tasks, part_of, random_split
@@ -168,19 +167,13 @@ class Learner:
             self.reduce_gradients([p.grad for p in self.params if p.grad is not None])
         return stats, now
 
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """bf16: autocast on the parameters' device type; fp32: no context at all."""
-        if self.precision == "bf16":
-            return torch.autocast(self.params[0].device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
     def _losses(
         self, batch: dict[str, Tensor], arrival: Arrival | None
     ) -> tuple[Tensor, tuple[Tensor, Arrival]]:
         """The IMPALA loss of a batch and its stats, policy logits and V-trace returns."""
         v, task = self.vtrace, batch_tasks(batch)
         # The network over all T + 1 steps of the batch, with its inputs at each x_t as stored.
-        with self._autocast():
+        with precision_context(self.precision, self.params[0].device):
             out = self._forward(
                 batch["obs"],
                 batch["last_action"],

@@ -48,7 +48,7 @@ class LearningCurve:
 
 def from_run(run_dir: str | Path, window: int = WINDOW, game: str | None = None) -> LearningCurve:
     """The learning curve of a run directory, from its ``episodes.jsonl`` (the games of the
-    history it kept across restarts: `stampede.report.analysis.surviving_rows`); with ``game``, that
+    history it kept across restarts: `stampede.rundir.files.surviving_rows`); with ``game``, that
     game's curve in a multi-task run, against the frames of that game alone."""
     frames, elapsed, returns = episodes(run_dir, game)
     mean = smooth(returns, window) if len(returns) else returns

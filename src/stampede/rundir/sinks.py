@@ -160,7 +160,7 @@ class MetricLogger:
         if self.episodes is not None:
             # Where this start's games begin: a resumed run plays again from its checkpoint's
             # frames, so games the earlier start logged after them are of a discarded past
-            # (readers drop them: stampede.report.analysis.surviving_rows).
+            # (readers drop them: stampede.rundir.files.surviving_rows).
             self.episodes.write({START_KEY: start_frames}, videos={})
         if jsonl:
             self.sinks.append(JsonlSink(run_dir / METRICS_FILE))

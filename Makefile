@@ -8,10 +8,11 @@ PY := $(VENV)/bin/python
 TORCH_CONSTRAINT ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,-c constraints/cpu.txt)
 ARGS ?=
 # make learn: GAME="pong breakout" trains one multi-task agent on both; LABEL names the curve
-# (when empty: defaults for one game, multitask for several).
+# (when empty: defaults for one game, multitask for several); SEEDS=3 trains seeds 1, 2, 3 in turn.
 GAME ?= pong
 FRAMES ?= 10000000
 LABEL ?=
+SEEDS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-slow test-slurm lint format train bench learn clean
@@ -51,7 +52,8 @@ bench: install ## Throughput benchmark: full loop vs env-only and learner-only c
 	$(PY) benchmarks/throughput.py $(ARGS)
 
 learn: install ## Learning benchmark: train GAME for FRAMES, write its curve to docs/learning/
-	$(PY) benchmarks/learning.py --game $(GAME) --frames $(FRAMES) $(if $(LABEL),--label $(LABEL)) -- $(ARGS)
+	$(PY) benchmarks/learning.py --game $(GAME) --frames $(FRAMES) $(if $(LABEL),--label $(LABEL)) \
+		$(if $(SEEDS),--seeds $(SEEDS)) -- $(ARGS)
 
 clean: ## Remove caches (keeps .venv, runs/ and multirun/)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

@@ -3,6 +3,7 @@
     python benchmarks/learning.py --game pong --frames 10000000 [--threshold 0 10 18]
                                   [--label defaults] [-- <more Hydra overrides>]
     python benchmarks/learning.py --game pong breakout --frames 10000000   # one multi-task agent
+    python benchmarks/learning.py --game pong --seeds 3                    # seeds 1, 2, 3
 
 Trains ``python run.py env=atari env.game=<game> total_frames=<frames>`` in a fixed run
 directory (``runs/learn/<label>/<game>`` by default), so a run that was stopped resumes where
@@ -15,6 +16,13 @@ it was when the command is run again, and a finished run is only reported. Then 
 and prints the frames and wall time at which the mean of the last 100 games first reached each
 ``--threshold``, and the final mean. Extra Hydra overrides after ``--`` go to ``run.py`` (for
 example ``+experiment=impala_paper --label paper``).
+
+``--seeds N`` trains seeds 1..N one after the other (``seed=<k>``, run directories
+``runs/learn/<label>/<game>/seed<k>``, curves ``<game>_<label>_seed<k>.csv``), prints each seed's
+figures and their mean and spread, and draws the seeds thin with their mean and range. On a
+cluster the seeds run side by side as one sweep (``python run.py --multirun env=atari
+env.game=pong seed=1,2,3 infra=slurm``), whose curves ``notebooks/learning_curves.ipynb`` draws
+the same way.
 
 Several games train one multi-task agent on all of them (``env.games``, the full action set,
 PopArt; label ``multitask`` by default, run directory ``runs/learn/<label>/<game+game>``); then
@@ -29,6 +37,7 @@ import csv
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--frames", type=int, default=10_000_000, help="environment frames")
     parser.add_argument(
+        "--seeds",
+        type=int,
+        default=0,
+        help="train seeds 1..N, one after the other (default: one run)",
+    )
+    parser.add_argument(
         "--threshold",
         type=float,
         nargs="*",
@@ -106,69 +121,119 @@ def main(argv: list[str] | None = None) -> int:
         "--run-dir",
         type=Path,
         default=None,
-        help="run directory (default runs/learn/<label>/<game>)",
+        help="run directory (default runs/learn/<label>/<game>; with --seeds, its seed<k>/)",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "learning")
     parser.add_argument("--report-only", action="store_true", help="do not train, only report")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for run.py (after --)")
     args = parser.parse_args(argv)
+    if args.seeds < 0:
+        parser.error(f"--seeds must be a positive number of seeds, got {args.seeds}")
     games = list(args.game)
     label = args.label or ("defaults" if len(games) == 1 else "multitask")
-    run_dir = args.run_dir or ROOT / "runs" / "learn" / label / "+".join(games)
+    base = args.run_dir or ROOT / "runs" / "learn" / label / "+".join(games)
+    runs = {k: base / f"seed{k}" for k in range(1, args.seeds + 1)} if args.seeds else {0: base}
     if not args.report_only:
-        _train(run_dir, games, args.frames, args.overrides)
+        for seed, run_dir in runs.items():
+            _train(run_dir, games, args.frames, [*args.overrides, *([f"seed={seed}"] * bool(seed))])
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     status = 0
     for game in games:
-        curve = learning_curve.from_run(run_dir, game=game if len(games) > 1 else None)
-        if not len(curve.frames):
-            print(f"learning: {run_dir} has no finished games of {game}", file=sys.stderr)
-            status = 1
-            continue
+        curves = {}
+        for seed, run_dir in runs.items():
+            curve = learning_curve.from_run(run_dir, game=game if len(games) > 1 else None)
+            if len(curve.frames):
+                curves[seed] = curve
+            else:
+                print(f"learning: {run_dir} has no finished games of {game}", file=sys.stderr)
+                status = 1
         thresholds = args.threshold
         if thresholds is None:
             thresholds = [0.0, 10.0, 18.0] if game == "pong" else []
-        _report(game, label, curve, thresholds, run_dir, args.out)
+        if curves:
+            _report(game, label, curves, thresholds, runs, args.out)
     return status
 
 
 def _report(
     game: str,
     label: str,
-    curve: LearningCurve,
+    curves: dict[int, LearningCurve],
     thresholds: list[float],
-    run_dir: Path,
+    runs: dict[int, Path],
     out: Path,
 ) -> None:
-    """Write the game's curve and plot (beside its other labels' curves), print its figures."""
-    csv_path = learning_curve.write_csv(curve, out / f"{game}_{label}.csv")
-    curves = {label: curve}
-    for other in sorted(out.glob(f"{game}_*.csv")):
-        name = other.stem.removeprefix(f"{game}_")
-        if name != label:
-            curves[name] = _read_csv(other)
+    """Write each seed's curve and the plot (beside the other labels' curves of the game), print
+    each seed's figures and, for several seeds, their mean and spread. Seed 0: a single run."""
+    written = []
+    for seed, curve in curves.items():
+        suffix = f"_seed{seed}" if seed else ""
+        written.append(learning_curve.write_csv(curve, out / f"{game}_{label}{suffix}.csv"))
+        where = f"{game}{f' seed {seed}' if seed else ''} in {runs[seed]}"
+        print(
+            f"{where} ({int(curve.frames[-1]):,} frames of {game}, {len(curve.frames):,} games, "
+            f"{curve.elapsed_s[-1] / 60:.1f} min of training)"
+        )
+        for c in learning_curve.crossings(curve, thresholds):
+            reached = (
+                f"{c.frames:,.0f} frames, {c.elapsed_s / 60:.1f} min"
+                if c.frames is not None and c.elapsed_s is not None
+                else "not reached"
+            )
+            print(f"  mean of last {curve.window} >= {c.threshold:g}: {reached}")
+        print(f"  final mean of last {curve.window}: {curve.final:.2f}")
+    if len(curves) > 1:
+        _print_spread(list(curves.values()), thresholds)
+    mine: LearningCurve | list[LearningCurve] = (
+        list(curves.values()) if len(curves) > 1 or 0 not in curves else curves[0]
+    )
     fig = learning_curve.plot(
-        curves,
-        f"{game}: mean return of the last {curve.window} games",
+        {label: mine, **_other_labels(out, game, label)},
+        f"{game}: mean return of the last {learning_curve.WINDOW} games",
         thresholds,
         _random_score(game),
     )
     png_path = out / f"{game}.png"
     fig.savefig(png_path, dpi=110)
-    print(
-        f"{game} in {run_dir} ({int(curve.frames[-1]):,} frames of {game}, "
-        f"{len(curve.frames):,} games, {curve.elapsed_s[-1] / 60:.1f} min of training)"
-    )
-    for c in learning_curve.crossings(curve, thresholds):
-        where = (
-            f"{c.frames:,.0f} frames, {c.elapsed_s / 60:.1f} min"
-            if c.frames is not None and c.elapsed_s is not None
-            else "not reached"
-        )
-        print(f"  mean of last {curve.window} >= {c.threshold:g}: {where}")
-    print(f"  final mean of last {curve.window}: {curve.final:.2f}")
-    for path in (csv_path, png_path):
+    for path in (*written, png_path):
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+def _print_spread(curves: list[LearningCurve], thresholds: list[float]) -> None:
+    """Mean and sample standard deviation over the seeds of each figure (a threshold that some
+    seed did not reach: how many did)."""
+
+    def spread(values: list[float]) -> str:
+        return f"{np.mean(values):,.2f} +- {np.std(values, ddof=1):,.2f}"
+
+    print(f"over {len(curves)} seeds (mean +- std):")
+    for threshold in thresholds:
+        hits = [learning_curve.crossings(c, [threshold])[0] for c in curves]
+        frames = [h.frames for h in hits if h.frames is not None]
+        if len(frames) < len(curves):
+            print(f"  >= {threshold:g}: reached by {len(frames)} of {len(curves)} seeds")
+        else:
+            print(f"  frames to >= {threshold:g}: {spread(frames)}")
+    print(f"  final mean of last {curves[0].window}: {spread([c.final for c in curves])}")
+
+
+def _other_labels(
+    out: Path, game: str, label: str
+) -> dict[str, LearningCurve | list[LearningCurve]]:
+    """The curves of the game's other labels in ``out``: one per label, or its seeds."""
+    found: dict[str, list[LearningCurve]] = {}
+    single: dict[str, LearningCurve] = {}
+    for path in sorted(out.glob(f"{game}_*.csv")):
+        name = path.stem.removeprefix(f"{game}_")
+        seeded = re.fullmatch(r"(.+)_seed(\d+)", name)
+        other = seeded.group(1) if seeded else name
+        if other == label:
+            continue
+        if seeded:
+            found.setdefault(other, []).append(_read_csv(path))
+        else:
+            single[other] = _read_csv(path)
+    return {**single, **found}
 
 
 if __name__ == "__main__":

@@ -12,11 +12,13 @@ line):
 3. the full loop (actors + learner) in frames/s, from its own metrics after a warm-up, for each
    inference placement (``--placements``: ``runtime.inference=actor|central``) and precision
    (``runtime.precision=fp32|bf16``), side by side, with the time budgets of the learner, the
-   actors and the inference server and the peak GPU memory of the learner process;
+   actors and the inference server and the peak GPU memory of the learner process; and the
+   default precision in reproducible mode (``runtime.deterministic=true``: actors in lock-step
+   with the learner; ``--no-deterministic`` skips it);
 
 then one table, the row of the configured default marked ``*``. Usage: ``python
 benchmarks/throughput.py [--seconds 30] [--placements actor central] [--precisions fp32 bf16]
-[--no-compile] [overrides...]``, e.g. ``device=cuda model=resnet``.
+[--no-compile] [--no-deterministic] [overrides...]``, e.g. ``device=cuda model=resnet``.
 """
 
 from __future__ import annotations
@@ -186,6 +188,12 @@ def main(argv: list[str] | None = None) -> None:
         default=True,
         help="also the learner-only ceilings through torch.compile (--no-compile: not)",
     )
+    parser.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also the full loop with runtime.deterministic=true (--no-deterministic: not)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. device=cuda")
     args = parser.parse_args(argv)
     overrides = [
@@ -223,22 +231,29 @@ def main(argv: list[str] | None = None) -> None:
                 f"{label:<34}{learner_fps[name]:10,.0f} frames/s ({updates:.2f} updates/s)",
                 flush=True,
             )
+    loops = [
+        (f"{placement}, {precision}", precision, [f"runtime.inference={placement}"])
+        for placement in args.placements
+        for precision in args.precisions
+    ]
+    if args.deterministic:  # the acting policy in the actors; a metric line every update
+        precision = r.resolved_precision(device)
+        reproducible = [
+            "runtime.inference=actor",
+            "runtime.deterministic=true",
+            "logger.interval_updates=1",
+        ]
+        loops.append((f"actor, {precision}, deterministic", precision, reproducible))
     rows = []
-    for placement in args.placements:
-        for precision in args.precisions:
-            name = f"{placement}, {precision}"
-            variant = load_config(
-                CONF,
-                [*overrides, f"runtime.inference={placement}", f"runtime.precision={precision}"],
-            )
-            rows.append((name, full_loop(variant, args.seconds)))
+    for name, precision, settings in loops:
+        variant = load_config(CONF, [*overrides, *settings, f"runtime.precision={precision}"])
+        rows.append((name, full_loop(variant, args.seconds)))
+        label = f"full loop ({name}):"
+        line = f"{label:<34}{rows[-1][1].fps:10,.0f} frames/s"
+        if precision in learner_fps:
             ideal = 1.0 / (1.0 / env_fps + 1.0 / learner_fps[precision])
-            label = f"full loop ({name}):"
-            print(
-                f"{label:<34}{rows[-1][1].fps:10,.0f} frames/s "
-                f"({rows[-1][1].fps / ideal:.0%} of 1/(1/env + 1/learner) = {ideal:,.0f})",
-                flush=True,
-            )
+            line += f" ({rows[-1][1].fps / ideal:.0%} of 1/(1/env + 1/learner) = {ideal:,.0f})"
+        print(line, flush=True)
     print("\nfull loop, frames/s and mean time fractions (L learner, A actors, S server):")
     print(_table(rows, default))
     sys.stdout.flush()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -18,7 +19,7 @@ import yaml
 from stampede.config.compose import load_config
 from stampede.config.models import ResNetConfig
 from stampede.envs import atari_games
-from stampede.envs.games import ATARI5, atari57
+from stampede.envs.games import ATARI5, CLASSIC5, atari57
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -42,7 +43,7 @@ def sweep_jobs(experiment: str, *command_line: str) -> list[dict[str, str]]:
 
 
 def test_the_four_experiments_exist() -> None:
-    assert set(EXPERIMENTS) >= {"atari57", "atari57_sticky", "atari5", "pong_quick"}
+    assert set(EXPERIMENTS) >= {"atari57", "atari57_sticky", "atari5", "classic5", "pong_quick"}
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -61,19 +62,20 @@ def test_experiment_composes_with_eval_at_end_and_wandb_tags(experiment: str) ->
     cfg = load_config(CONF, [f"+experiment={experiment}", "seed=2"])
     assert cfg.name == experiment
     assert cfg.eval.at_end
-    assert cfg.logger.wandb.group == experiment
+    if experiment == "atari5":  # one group per sweep: the sweep's timestamp follows the name
+        assert re.fullmatch(r"atari5_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", cfg.logger.wandb.group or "")
+    else:
+        assert cfg.logger.wandb.group == experiment
     game = "multitask" if cfg.env.games else cfg.env.game
     assert cfg.logger.wandb.tags == [experiment, game, "seed_2"]
 
 
 @pytest.mark.parametrize(
-    ("experiment", "games"), [("multitask_atari5", 5), ("multitask_atari57", 57)]
+    ("experiment", "games"), [("multitask_classic5", 5), ("multitask_atari57", 57)]
 )
 def test_multitask_experiments_train_one_agent_on_their_games(experiment: str, games: int) -> None:
-    from stampede.envs.games import ATARI5, atari57
-
     cfg = load_config(CONF, [f"+experiment={experiment}"])
-    assert tuple(cfg.env.games) == (ATARI5 if games == 5 else atari57())
+    assert tuple(cfg.env.games) == (CLASSIC5 if games == 5 else atari57())
     assert cfg.env.full_action_space
     assert cfg.vtrace.popart
     assert cfg.total_frames == games * 200_000_000  # 200M frames per game, as the paper
@@ -120,11 +122,24 @@ def test_sticky_sweeps_the_same_jobs_as_atari57() -> None:
     assert sweep_jobs("atari57_sticky") == sweep_jobs("atari57")
 
 
-def test_atari5_sweep_is_the_atari5_list() -> None:
-    jobs = sweep_jobs("atari5")
+def test_classic5_sweep_is_its_five_games_by_3_seeds() -> None:
+    jobs = sweep_jobs("classic5")
     assert [(job["env.game"], int(job["seed"])) for job in jobs] == list(
-        itertools.product(ATARI5, [1, 2, 3])
+        itertools.product(CLASSIC5, [1, 2, 3])
     )
+
+
+def test_atari5_is_aitchison_et_als_five_games_with_the_defaults_for_10m_frames() -> None:
+    jobs = sweep_jobs("atari5")
+    assert [(job["env.game"], job["seed"]) for job in jobs] == [(g, "1") for g in ATARI5]
+    assert ATARI5 == ("battle_zone", "double_dunk", "name_this_game", "phoenix", "qbert")
+    assert not set(ATARI5) >= set(CLASSIC5)  # two different sets, two names
+    assert len(sweep_jobs("atari5", "seed=1,2,3")) == 15
+    cfg = load_config(CONF, ["+experiment=atari5", "env.game=phoenix"])
+    defaults = load_config(CONF, ["env=atari", "env.game=phoenix"])
+    assert cfg.total_frames == 10_000_000
+    for group in ("env", "model", "vtrace", "optim", "runtime"):  # the defaults, unchanged
+        assert getattr(cfg, group) == getattr(defaults, group)
 
 
 def test_command_line_narrows_the_sweep() -> None:

@@ -41,3 +41,11 @@ def test_placement_and_precision_resolve_auto_per_device() -> None:
     for placement in ("actor", "central"):
         assert RuntimeConfig(inference=placement).placement(cuda) == placement
     assert RuntimeConfig(precision="bf16").resolved_precision(cpu) == "bf16"
+
+
+def test_a_deterministic_run_acts_in_the_actors_and_refuses_what_depends_on_timing() -> None:
+    r = RuntimeConfig(deterministic=True)
+    assert r.placement(torch.device("cuda")) == "actor"  # auto: no central server's batches
+    for key, value in (("prefetch", True), ("inference", "central")):
+        with pytest.raises(ValueError, match=rf"runtime\.{key}={value} cannot be reproduced"):
+            RuntimeConfig(deterministic=True, **{key: value})

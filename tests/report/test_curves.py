@@ -29,6 +29,29 @@ def _write_episodes(run_dir: Path, returns: list[float], frames_per_game: int = 
             f.write(json.dumps(row) + "\n")
 
 
+def test_load_episodes_keeps_the_kept_history_and_falls_back_to_metrics(tmp_path: Path) -> None:
+    lines = [{"env/frames": 30, "env/episode_return": 3.0}, {"env/frames": 40}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n{torn")
+    frames, _, returns = learning_curve.episodes(tmp_path)
+    assert frames.tolist() == [30.0]
+    assert returns.tolist() == [3.0]
+    lines = [
+        {"env/frames": 20, "env/episode_return": 2.0},
+        {"env/frames": 5, "env/episode_return": 1.0},
+    ]
+    (tmp_path / "episodes.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
+    frames, _, returns = learning_curve.episodes(
+        tmp_path
+    )  # restarted at 5: the game at 20 was undone
+    assert (frames.tolist(), returns.tolist()) == ([5.0], [1.0])
+
+
+def test_smooth_is_a_trailing_mean() -> None:
+    out = learning_curve.smooth(np.array([1.0, 2.0, 3.0, 4.0]), window=2)
+    np.testing.assert_allclose(out, [1.0, 1.5, 2.5, 3.5])
+    np.testing.assert_allclose(learning_curve.smooth(np.array([5.0, 7.0]), window=1), [5.0, 7.0])
+
+
 def test_a_multitask_runs_game_curve_is_drawn_against_that_games_frames(tmp_path: Path) -> None:
     """Each game of a multi-task run has its own curve, on its own frames (not the run's)."""
     lines = [
@@ -97,7 +120,6 @@ def test_csv_keeps_one_row_per_interval_and_the_last(tmp_path: Path) -> None:
 
 
 def test_benchmark_reports_a_run_and_writes_docs(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     run_dir = tmp_path / "run"
     _write_episodes(run_dir, [-21.0] * 100 + [21.0] * 100)
     out = tmp_path / "docs"
@@ -138,3 +160,46 @@ def test_benchmark_says_when_a_run_has_no_games(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "has no finished games" in proc.stderr
+
+
+def test_across_seeds_is_the_mean_and_range_up_to_the_shortest_seed(tmp_path: Path) -> None:
+    _write_episodes(tmp_path / "a", [0.0, 2.0, 4.0, 6.0])  # frames 1000..4000
+    _write_episodes(tmp_path / "b", [2.0, 4.0, 6.0])  # frames 1000..3000
+    a, b = (learning_curve.from_run(tmp_path / s, window=1) for s in "ab")
+    grid, mean, low, high = learning_curve.across_seeds([a, b], points=5)
+    np.testing.assert_allclose(grid, [0, 750, 1500, 2250, 3000])
+    assert np.isnan(mean[:2]).all()  # before the first game of a seed there is no curve
+    np.testing.assert_allclose(mean[2:], [2.0, 3.5, 5.0])  # a: 1, 2.5, 4; b: 3, 4.5, 6
+    np.testing.assert_allclose(low[2:], [1.0, 2.5, 4.0])
+    np.testing.assert_allclose(high[2:], [3.0, 4.5, 6.0])
+
+
+def test_benchmark_reports_each_seed_and_their_spread(tmp_path: Path) -> None:
+    base = tmp_path / "runs"
+    _write_episodes(base / "seed1", [-21.0] * 100 + [21.0] * 100)
+    _write_episodes(base / "seed2", [-21.0] * 120 + [21.0] * 100)
+    out = tmp_path / "docs"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "learning.py"),
+            "--report-only",
+            "--game=pong",
+            "--seeds=2",
+            f"--run-dir={base}",
+            f"--out={out}",
+            "--label=test",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "pong seed 1 in" in proc.stdout
+    assert "pong seed 2 in" in proc.stdout
+    # Seed 1 reaches 0 after game 150, seed 2 after game 170 (1000 frames a game).
+    assert "frames to >= 0: 160,000.00 +- 14,142.14" in proc.stdout
+    assert "final mean of last 100: 21.00 +- 0.00" in proc.stdout
+    assert (out / "pong_test_seed1.csv").exists()
+    assert (out / "pong_test_seed2.csv").exists()
+    assert (out / "pong.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

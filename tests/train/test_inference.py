@@ -1,5 +1,5 @@
-"""Central batched inference (``runtime.inference=central``): the request table's protocol, the
-server's batching, and whole runs where the actors hold no model.
+"""Central batched inference (stampede.train.inference, ``runtime.inference=central``): the
+server's batching, the LSTM state it carries, and whole runs where the actors hold no model.
 
 The server is driven in a thread of the test process for the protocol tests (the same code as
 its own process runs), so what it answered can be compared with the model's own forward pass.
@@ -12,73 +12,21 @@ import re
 import signal
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 import torch
-import torch.multiprocessing as mp
 from conftest import CARTPOLE, ROOT, run_py, wait_for
 
-from stampede.config.compose import load_config
-from stampede.envs import EnvSpec
-from stampede.models import MLP, ActorCritic
+from stampede.models import MLP
 from stampede.report import curves as learning_curve
 from stampede.rundir.files import read_metrics
-from stampede.train import processes
 from stampede.train.actor import LocalPolicy
-from stampede.train.inference import ServerSetup, _Server
-from stampede.train.requests import RequestTable, env_groups
-from stampede.train.trainer import Trainer
+from stampede.train.inference import _Server
 
-OBS, A = 4, 3
-SPEC = EnvSpec((OBS,), np.dtype(np.float32), A, 1)
-SETUP = ServerSetup(
-    device="cpu", reward_clip=1.0, max_batch=0, wait_s=0.0, threads=1, precision="fp32"
-)
-
-
-def table(model: ActorCritic, actors: int, envs: int, groups: int) -> RequestTable:
-    core = [tuple(t.shape) for t in model.initial_state(1)]
-    return RequestTable(mp.get_context("spawn"), SPEC, actors, envs, groups, core)
-
-
-def inputs(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(obs, a_{t-1}, r_{t-1}, done) of n envs at some x_t."""
-    g = torch.Generator().manual_seed(seed)
-    return (
-        torch.randn(n, OBS, generator=g),
-        torch.randint(0, A, (n,), generator=g),
-        torch.randn(n, generator=g),
-        torch.rand(n, generator=g) < 0.3,
-    )
-
-
-@contextmanager
-def serving(server: _Server) -> Iterator[None]:
-    """The server's loop in a thread, until the block ends."""
-    stop = threading.Event()
-    thread = threading.Thread(target=server.serve, args=(stop.is_set,), daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-        assert not thread.is_alive()
-
-
-def test_env_groups_split_evenly_and_refuse_too_many() -> None:
-    assert env_groups(8, 2) == [(0, 4), (4, 8)]
-    assert env_groups(5, 2) == [(0, 2), (2, 5)] or env_groups(5, 2) == [(0, 3), (3, 5)]
-    assert env_groups(3, 3) == [(0, 1), (1, 2), (2, 3)]
-    with pytest.raises(ValueError, match="cannot split 2 envs into 3 groups"):
-        env_groups(2, 3)
+from .conftest import OBS, SETUP, A, inputs, serving, table
 
 
 def test_the_server_answers_every_actor_in_one_forward_as_the_model_would() -> None:
@@ -124,31 +72,6 @@ def test_a_batch_limit_splits_the_waiting_requests_into_several_forwards() -> No
     assert counters["forwards"] == 2  # 4 observations each
 
 
-def test_a_replacement_actor_skips_the_answer_meant_for_the_one_that_died() -> None:
-    """An actor killed after posting leaves its request pending; the server answers it, and the
-    replacement (a new client on the same rows) gets the answer to its own request, not that
-    stale one. The other actor is served throughout."""
-    model = MLP((OBS,), A)
-    t = table(model, actors=2, envs=2, groups=1)
-    dead, other = t.client(0), t.client(1)
-    task = torch.zeros(2, dtype=torch.long)
-    dead.request(0, inputs(2, seed=1), task, ())  # and then it is killed
-    server = _Server(SETUP, model, t)
-    with serving(server):
-        other.request(0, inputs(2, seed=2), task, ())
-        assert other.result(0) is not None
-        time.sleep(0.05)  # the dead actor's request has been answered by now, unread
-        replacement = t.client(0)
-        mine = inputs(2, seed=3)
-        replacement.request(0, mine, task, ())
-        _, logits, _ = replacement.result(0)
-    with torch.no_grad():
-        expected = model(
-            mine[0][None], mine[1][None], mine[2].clamp(-1, 1)[None], mine[3][None], ()
-        )
-    torch.testing.assert_close(logits, expected.policy_logits[0])
-
-
 def test_the_lstm_state_travels_with_the_requests_and_resets_at_episode_starts() -> None:
     """Ten steps of two groups through the server give the logits and LSTM states of the
     actor's own forward pass (``LocalPolicy``), episode starts (done) included."""
@@ -170,41 +93,6 @@ def test_the_lstm_state_travels_with_the_requests_and_resets_at_episode_starts()
                 torch.testing.assert_close(logits, want)
                 for s, e in zip(states[g], expected[g], strict=True):
                     torch.testing.assert_close(s, e)
-
-
-def test_actors_hold_no_model_with_central_inference(tmp_path: Path, monkeypatch) -> None:
-    """Each actor process is given the request table, not the network; the server the network."""
-    started: dict[str, tuple] = {}  # process name -> the arguments it was started with
-    real = processes.actor_context()
-
-    class Recording:
-        def __getattr__(self, name: str):
-            return getattr(real, name)
-
-        def Process(self, **kwargs):  # noqa: N802 (multiprocessing's name)
-            started[kwargs["name"]] = kwargs["args"]
-            return real.Process(**kwargs)
-
-    monkeypatch.setattr(processes, "actor_context", Recording)
-    cfg = load_config(
-        ROOT / "conf",
-        [
-            "env=cartpole",
-            "model=mlp",
-            "runtime.inference=central",
-            "runtime.num_actors=2",
-            "runtime.envs_per_actor=4",
-            "runtime.batch_size=8",
-            "logger.wandb.mode=disabled",
-        ],
-    )
-    pool = Trainer(cfg, tmp_path)._start_actors()
-    pool.stop()
-    assert sorted(started) == ["actor-0", "actor-1", "inference-server"]
-    for name, args in started.items():
-        has_model = any(isinstance(a, torch.nn.Module) for a in args)
-        assert has_model == (name == "inference-server"), name
-        assert any(isinstance(a, RequestTable) for a in args), name
 
 
 # ------------------------------------------------------------------------- whole runs

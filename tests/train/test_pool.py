@@ -58,14 +58,14 @@ def fake_actor(setup: ActorSetup, model, buffers: RolloutBuffers, conn, version)
         if fault == "always":
             conn.send(("error", f"Traceback (most recent call last):\nRuntimeError: boom {index}"))
             sys.exit(1)
-        time.sleep(ROLLOUT_S)  # stepping its envs
+        time.sleep(setup.env_kwargs.get("delay", ROLLOUT_S))  # stepping its envs
         slot["policy_version"].fill_(version.value)
         slot["reward"].fill_(mark(setup.actor_id, setup.restart))
         conn.send(("full", index))
 
 
 def make_pool(
-    monkeypatch, faults: list[str | None], slots: int = 0, **limits
+    monkeypatch, faults: list[str | None], slots: int = 0, delays: tuple[float, ...] = (), **limits
 ) -> tuple[ActorPool, RolloutBuffers]:
     monkeypatch.setattr(pool_module, "run_actor", fake_actor)
     slots = slots or SLOTS_PER_ACTOR * len(faults)
@@ -79,7 +79,7 @@ def make_pool(
             num_envs=E,
             unroll_length=T,
             reward_clip=1.0,
-            env_kwargs={"fault": fault},
+            env_kwargs={"fault": fault, "delay": delays[i] if delays else ROLLOUT_S},
             device="cpu",
             threads=1,
         )
@@ -199,6 +199,33 @@ def test_one_actor_fills_a_batch_of_more_slots_than_it_holds(monkeypatch) -> Non
             assert len(set(indices)) == batch_slots
             assert set(writers(buffers.gather(indices, torch.device("cpu")))) == {mark(0, 0)}
             for index in indices:
+                pool.release(index)
+    finally:
+        pool.stop()
+
+
+def test_in_lock_step_slots_go_out_only_when_allowed_in_turn_and_come_back_in_that_order(
+    monkeypatch,
+) -> None:
+    """runtime.deterministic: no actor acts until the learner allows a batch; the batch's slots
+    go to the actors in turn and are learned from in that order, though the slow actor 0 hands
+    its slots in last."""
+    pool, buffers = make_pool(monkeypatch, [None, None], slots=4, delays=(0.3, 0.0), lockstep=True)
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        pool.start()
+        assert not any(a.assigned for a in pool.actors)  # nothing before the first batch
+        for batch_number in range(2):
+            pool.allow(3)
+            arrived = [pool.next_full_slot(lambda: time.monotonic() > deadline) for _ in range(3)]
+            assert None not in arrived
+            assert not any(a.assigned for a in pool.actors)  # the batch, and nothing more
+            ordered = pool.in_hand_out_order(arrived)
+            assert ordered != arrived  # actor 1's slot came back before actor 0's last one
+            batch = buffers.gather(ordered, torch.device("cpu"))
+            turns = [(3 * batch_number + k) % 2 for k in range(3)]  # the turn carries over
+            assert writers(batch)[::E] == [mark(actor, 0) for actor in turns]
+            for index in ordered:
                 pool.release(index)
     finally:
         pool.stop()

@@ -124,6 +124,7 @@ class _RecordingPool:
     that come after stop() (the batch thread and stop() both talking to the actors' pipes)."""
 
     restarts = 0
+    lockstep = False
 
     def __init__(self) -> None:
         self.stopped = False

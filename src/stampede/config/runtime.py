@@ -37,7 +37,14 @@ class RuntimeConfig:
     ``inference`` places the acting policy: ``actor`` (each actor process runs its own forward
     pass), ``central`` (one inference server per learner batches the requests of all actors,
     ``stampede.train.inference``), or ``auto`` (central on CUDA, actor on CPU, where it measured
-    faster: README, "Benchmark")."""
+    faster: README, "Benchmark").
+
+    ``deterministic`` makes a run on a given machine bit-identical for a given seed (README,
+    "Reproducible runs"): the actors work in lock-step with the learner (each batch's slots are
+    handed out only after the previous update is published, and are learned from in the order
+    they were handed out), torch uses deterministic algorithms, and the acting policy runs in
+    the actors (a central server's batches depend on timing). It costs the overlap of acting and
+    learning."""
 
     num_actors: int = 0  # 0 = one per usable CPU, less RESERVED_CPUS above SMALL_MACHINE_CPUS
     envs_per_actor: int = 8
@@ -60,6 +67,7 @@ class RuntimeConfig:
     inference_groups: int = 2  # central: env groups per actor (one steps while one waits)
     precision: str = "auto"  # auto | fp32 | bf16: the network's autocast (see resolved_precision)
     compile: bool = False  # torch.compile the learner's network
+    deterministic: bool = False  # bit-identical runs for a seed (lock-step; see the docstring)
 
     def __post_init__(self) -> None:
         require(
@@ -102,6 +110,14 @@ class RuntimeConfig:
             self.inference_groups,
             f"between 1 and runtime.envs_per_actor = {self.envs_per_actor}",
         )
+        if self.deterministic:
+            for key, bad in (("prefetch", True), ("inference", "central")):
+                if getattr(self, key) == bad:
+                    raise ConfigError(
+                        f"runtime.{key}={bad} cannot be reproduced (it depends on timing); "
+                        f"runtime.deterministic=true needs runtime.{key}="
+                        f"{'false' if key == 'prefetch' else 'actor or auto'}"
+                    )
         slots = self.slots_per_batch
         require(
             self.num_buffers == 0 or self.num_buffers >= slots,
@@ -145,10 +161,11 @@ class RuntimeConfig:
         return cpus if cpus <= SMALL_MACHINE_CPUS else max(1, cpus - self.actors)
 
     def placement(self, device: torch.device) -> str:
-        """Where the acting policy runs: ``actor`` or ``central`` (``auto`` resolved)."""
+        """Where the acting policy runs: ``actor`` or ``central`` (``auto`` resolved; always
+        ``actor`` in a deterministic run)."""
         if self.inference != "auto":
             return self.inference
-        return "central" if device.type == "cuda" else "actor"
+        return "central" if device.type == "cuda" and not self.deterministic else "actor"
 
     def resolved_precision(self, device: torch.device) -> str:
         """The network's precision on ``device``: ``precision``, or for ``auto`` bf16 on a CUDA

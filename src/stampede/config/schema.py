@@ -107,6 +107,7 @@ class OptimConfig:
 
 
 WANDB_MODES = ("offline", "online", "disabled")
+DETERMINISTIC_LOG_UPDATES = 10
 
 
 @dataclass
@@ -136,12 +137,24 @@ def _has_wandb_key() -> bool:
 @dataclass
 class LoggerConfig:
     interval_s: float = 5.0  # seconds between metric lines
+    # >0: a metric line every this many updates instead (0: by interval_s, or every
+    # DETERMINISTIC_LOG_UPDATES updates with runtime.deterministic=true: the same lines each run)
+    interval_updates: int = 0
     progress: bool = True  # live progress bar when stdout is a terminal
     jsonl: bool = True  # metrics.jsonl in the run directory
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:
         require(self.interval_s > 0, "logger.interval_s", self.interval_s, "> 0")
+        require(
+            self.interval_updates >= 0, "logger.interval_updates", self.interval_updates, ">= 0"
+        )
+
+    def interval_in_updates(self, deterministic: bool) -> int:
+        """Updates between metric lines; 0: lines by ``interval_s``."""
+        if self.interval_updates or not deterministic:
+            return self.interval_updates
+        return DETERMINISTIC_LOG_UPDATES
 
 
 @dataclass

@@ -16,11 +16,13 @@ from importlib import resources
 IMPALA_SCORES_CSV = "impala_deep_atari57_scores.csv"
 RANDOM_HUMAN_CSV = "atari57_random_human_scores.csv"
 
-# A 5-game subset for quick checks: the easy-to-learn classics of the DQN papers
-# (Mnih et al. 2013/2015), where a working IMPALA clearly beats random within a few million
-# frames. Not the "Atari-5" of Aitchison et al. 2022 (battle_zone, double_dunk,
-# name_this_game, phoenix, qbert), which is chosen to predict the 57-game median instead.
-ATARI5: tuple[str, ...] = ("beam_rider", "breakout", "pong", "qbert", "space_invaders")
+# Atari-5 (Aitchison, Sweetser, Hutter, ICML 2023, arXiv 2210.02019): the five games whose scores
+# best predict the 57-game median human-normalised score (stampede.report.aggregate).
+ATARI5: tuple[str, ...] = ("battle_zone", "double_dunk", "name_this_game", "phoenix", "qbert")
+
+# Five classics of the DQN papers (Mnih et al. 2013/2015), where a working IMPALA clearly beats
+# random play within a few million frames: a quick check that a change still learns. Not Atari-5.
+CLASSIC5: tuple[str, ...] = ("beam_rider", "breakout", "pong", "qbert", "space_invaders")
 
 
 def read_data_csv(filename: str) -> list[dict[str, str]]:
@@ -62,11 +64,12 @@ def __getattr__(name: str) -> tuple[str, ...]:
 GAME_SETS: Mapping[str, Callable[[], tuple[str, ...]]] = {
     "atari57": atari57,
     "atari5": lambda: ATARI5,
+    "classic5": lambda: CLASSIC5,
 }
 
 
 def games(name: str) -> tuple[str, ...]:
-    """The ALE ids of a named game set (``atari57``, ``atari5``)."""
+    """The ALE ids of a named game set (``atari57``, ``atari5``, ``classic5``)."""
     if name not in GAME_SETS:
         raise ValueError(f"unknown game set {name!r}; known: {', '.join(GAME_SETS)}")
     return GAME_SETS[name]()

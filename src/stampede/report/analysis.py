@@ -6,7 +6,7 @@ the runner writes them: ``config.yaml`` (the resolved training config), ``episod
 line per finished game: ``env/frames``, ``env/episode_return``), ``metrics.jsonl`` and
 ``eval.json``. W&B is not needed: offline W&B runs hold the same numbers as these files.
 
-matplotlib is imported only by the plotting functions (``pip install 'stampede-rl[notebooks]'``).
+matplotlib is imported only by the plotting functions.
 """
 
 from __future__ import annotations

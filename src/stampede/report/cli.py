@@ -1,5 +1,8 @@
 """``stampede-report <sweep dir>``: the Atari-57 results table of a sweep against the IMPALA
-paper, printed, and as CSV or markdown on request. Bad input is one line and exit 2."""
+paper, printed, and as CSV or markdown on request; under it rliable's interval estimates of the
+IQM, median and mean HNS and, when the Atari-5 games are present, the predicted 57-game median
+(``stampede.report.aggregate``); a performance profile figure on request. Bad input is one line
+and exit 2."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from stampede.report import aggregate
 from stampede.report.hns import PAPER_RANDOM_OVERRIDES
 from stampede.report.report import build_table, collect, format_text, write_csv, write_markdown
 from stampede.rundir.files import EVAL_FILE
@@ -30,6 +34,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--csv", type=Path, metavar="PATH", help="also write the table as CSV")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="also write markdown")
     parser.add_argument(
+        "--profile", type=Path, metavar="PATH", help="also draw the performance profile (PNG)"
+    )
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="bootstrap resamples of the interval estimates (default 10000)",
+    )
+    parser.add_argument(
         "--dqn-zoo-random",
         action="store_true",
         help="use the DQN Zoo random scores unchanged (video_pinball random = 16256.9) "
@@ -42,6 +56,8 @@ def cli(argv: list[str] | None = None) -> int:
     """Entry point of `stampede-report`; returns the exit code: 0, or 2 for bad input, with one
     line on stderr naming it. Each skipped file is one warning line on stderr."""
     args = _parser().parse_args(argv)
+    if args.reps < 1:
+        return _bad_input(f"--reps must be a positive number of resamples, got {args.reps}")
     overrides: Mapping[str, float] = {} if args.dqn_zoo_random else PAPER_RANDOM_OVERRIDES
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -56,12 +72,18 @@ def cli(argv: list[str] | None = None) -> int:
             f"no Atari-57 result in {str(args.sweep_dir)!r} ({found}); expected "
             f"<run_dir>/{EVAL_FILE} files of Atari runs, written by evaluation, at any depth"
         )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lines = aggregate.summary_lines(table, args.reps)
+    skipped += [str(w.message) for w in caught]
     for message in skipped:
         print(f"stampede-report: warning: {message}", file=sys.stderr)
     print(format_text(table), end="")
+    print("\n".join(lines))
     for option, path, write in (
         ("--csv", args.csv, write_csv),
         ("--markdown", args.markdown, write_markdown),
+        ("--profile", args.profile, aggregate.write_profile),
     ):
         if path is not None:
             try:

@@ -6,7 +6,8 @@ A run's ``episodes.jsonl`` has one line per finished game (``env/frames``, ``tim
 turns it into the curve the learning benchmark reports (``make learn``,
 ``benchmarks/learning.py``): after each game, the mean return of the last ``window`` games (100,
 as the Atari literature reports), `crossings` reads off the frames and training seconds at which
-that mean first reached given returns, and `write_csv` / `plot` put it in ``docs/``.
+that mean first reached given returns, `across_seeds` puts several seeds' curves on one grid
+(mean and range), and `write_csv` / `plot` put them in ``docs/``.
 """
 
 from __future__ import annotations
@@ -132,24 +133,55 @@ def write_csv(curve: LearningCurve, path: str | Path, every_frames: int = 50_000
     return path
 
 
+def across_seeds(curves: Sequence[LearningCurve], points: int = 200) -> tuple[np.ndarray, ...]:
+    """Several seeds' curves on one grid of frames, up to where the shortest ends: (frames [P],
+    mean [P], lowest [P], highest [P]) of the seeds' mean returns, each seed interpolated
+    linearly between its games (NaN before a seed's first full window)."""
+    end = min(float(c.frames[-1]) for c in curves)
+    grid = np.linspace(0.0, end, points)
+    values = np.array([_on_grid(c, grid) for c in curves])  # [seeds, P]
+    with np.errstate(invalid="ignore"):
+        return grid, values.mean(axis=0), values.min(axis=0), values.max(axis=0)
+
+
+def _on_grid(curve: LearningCurve, grid: np.ndarray) -> np.ndarray:
+    valid = ~np.isnan(curve.mean_return)
+    if not valid.any():
+        return np.full(len(grid), math.nan)
+    return np.interp(grid, curve.frames[valid], curve.mean_return[valid], left=math.nan)
+
+
 def plot(
-    curves: Mapping[str, LearningCurve],
+    curves: Mapping[str, LearningCurve | Sequence[LearningCurve]],
     title: str,
     thresholds: Sequence[float] = (),
     random_score: float | None = None,
 ) -> Figure:
-    """One panel: each named curve's mean return of the last games against frames."""
+    """One panel: each named curve's mean return of the last games against frames. A name with
+    several curves (seeds) is drawn as each seed thin, their mean bold and the band between the
+    lowest and the highest seed."""
     plt = pyplot()
     from matplotlib.ticker import EngFormatter
 
     fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
-    for name, curve in curves.items():
-        ax.plot(curve.frames, curve.mean_return, lw=1.8, label=name)
+    window = WINDOW
+    for name, runs in curves.items():
+        if isinstance(runs, LearningCurve):
+            ax.plot(runs.frames, runs.mean_return, lw=1.8, label=name)
+            window = runs.window
+            continue
+        (line,) = ax.plot([], [], lw=2.2, label=f"{name} (mean of {len(runs)} seeds, range)")
+        color = line.get_color()
+        for run in runs:
+            ax.plot(run.frames, run.mean_return, lw=0.7, alpha=0.45, color=color)
+        grid, mean, low, high = across_seeds(runs)
+        line.set_data(grid, mean)
+        ax.fill_between(grid, low, high, color=color, alpha=0.15, lw=0)
+        window = runs[0].window
     for threshold in thresholds:
         ax.axhline(threshold, ls="--", color="grey", lw=0.8)
     if random_score is not None:
         ax.axhline(random_score, ls=":", color="black", lw=1.0, label="random play")
-    window = next(iter(curves.values())).window if curves else WINDOW
     ax.xaxis.set_major_formatter(EngFormatter())
     ax.set_xlabel("environment frames (frame skip included)")
     ax.set_ylabel(f"mean return of the last {window} games")

@@ -119,6 +119,7 @@ class GameRow:
     human: float
     hns: float
     impala_deep_hns: float
+    seed_scores: tuple[float, ...] = ()  # ours: each seed's score, in the order given
 
     @property
     def beats_paper(self) -> bool:
@@ -233,4 +234,5 @@ def _row(ref: GameReference, seed_scores: list[float], frames: int) -> GameRow:
         human=ref.human,
         hns=ref.hns(score),
         impala_deep_hns=ref.hns(ref.impala_deep),
+        seed_scores=tuple(seed_scores),
     )

@@ -1,5 +1,5 @@
-"""matplotlib for the report's figures, imported only when a figure is drawn (``pip install
-'stampede-rl[notebooks]'``), and where figures are saved."""
+"""matplotlib for the report's figures, imported only when a figure is drawn (it takes a
+second), and where figures are saved."""
 
 from __future__ import annotations
 
@@ -14,12 +14,8 @@ FIGURE_DIR_ENV = "STAMPEDE_FIGURE_DIR"
 
 
 def pyplot() -> Any:
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise ImportError(
-            "plotting needs matplotlib: pip install 'stampede-rl[notebooks]'"
-        ) from error
+    import matplotlib.pyplot as plt
+
     return plt
 
 

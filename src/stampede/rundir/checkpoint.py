@@ -10,6 +10,7 @@ previous one is used and the reason is logged.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -37,6 +38,32 @@ def _digest(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             sha.update(chunk)
     return sha.hexdigest()
+
+
+def content_digest(value: Any) -> str:
+    """SHA-256 (16 hex digits) of a checkpoint's contents, or any part of them: nested dicts,
+    lists and tuples of tensors and plain values. Keys count in sorted order, tensors by dtype,
+    shape and bytes (on any device): equal digests mean identical contents."""
+    sha = hashlib.sha256()
+    _hash_into(sha, value)
+    return sha.hexdigest()[:16]
+
+
+def _hash_into(sha: Any, value: Any) -> None:
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            sha.update(f"<{key}>".encode())
+            _hash_into(sha, value[key])
+    elif isinstance(value, list | tuple):
+        sha.update(f"[{len(value)}]".encode())
+        for item in value:
+            _hash_into(sha, item)
+    elif isinstance(value, torch.Tensor):
+        sha.update(f"{value.dtype}{tuple(value.shape)}".encode())
+        flat = value.detach().cpu().contiguous().reshape(-1)  # a 0-d tensor has no byte view
+        sha.update(flat.view(torch.uint8).numpy().tobytes())
+    else:
+        sha.update(repr(value).encode())
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -121,7 +148,8 @@ def check_writable(directory: Path, nbytes: int) -> None:
             f"or free some space"
         ) from None
     finally:
-        probe.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # no directory to clean (the error above says why)
+            probe.unlink(missing_ok=True)
 
 
 def load_file(path: Path) -> dict[str, Any]:

@@ -5,6 +5,7 @@ checks what comes out:
 
 - ``save`` and ``resume``: the learner's network and optimizer, how far the run has come
   (``Progress``) and its torch RNG stream, so a resumed run continues where it stopped;
+  ``training_digest``: a hash of what training made of them (two reproducible runs: one hash);
 - ``config_yaml``: the resolved training config, which evaluation reads back with
   ``stored_config`` (values an older run stored under a name since changed are translated);
 - ``fingerprint`` and ``check_fits``: the network and the environment it acts in. A resumed run
@@ -115,8 +116,25 @@ def save(
         state["popart"] = popart.state_dict()
     directory = checkpoint.checkpoint_dir(run_dir)
     path = checkpoint.save(directory, progress.frames, state, keep=cfg.checkpointing.keep)
-    log.info("checkpoint %s (frames=%d, updates=%d)", path.name, progress.frames, progress.updates)
+    log.info(
+        "checkpoint %s (frames=%d, updates=%d, training digest %s)",
+        path.name,
+        progress.frames,
+        progress.updates,
+        training_digest(state),
+    )
     return path
+
+
+# What training produced, in a checkpoint's state: not its wall time, config text or fingerprint.
+_TRAINED = ("model", "optimizer", "popart", "frames", "updates", "torch_rng", "task_frames")
+
+
+def training_digest(state: Mapping[str, Any]) -> str:
+    """SHA-256 (16 hex digits) of the trained part of a checkpoint's ``state``: the network, the
+    optimizer's moments and step counts, PopArt's statistics, frames, updates and the RNG stream.
+    Two runs with ``runtime.deterministic=true`` and the same seed have the same digest."""
+    return checkpoint.content_digest({key: state[key] for key in _TRAINED if key in state})
 
 
 def resume(

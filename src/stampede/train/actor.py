@@ -47,6 +47,7 @@ class ActorSetup:
     restart: int = 0  # bumps when the runner replaces this actor after a failure
     tasks: tuple[int, ...] = ()  # multi-task runs: the task (game index) of each env
     core_shapes: tuple[tuple[int, ...], ...] = ()  # the LSTM state of one env, [layers, 1, H]
+    deterministic: bool = False  # runtime.deterministic: torch's deterministic algorithms
 
     def initial_state(self, num_envs: int) -> CoreState:
         """Zero LSTM state for ``num_envs`` envs, on the CPU (the central server's inputs; the
@@ -184,6 +185,7 @@ def _rollouts(
     version: Any,
 ) -> None:
     torch.set_num_threads(setup.threads)
+    torch.use_deterministic_algorithms(setup.deterministic)
     env_seed, torch_seed = setup.seeds()
     torch.manual_seed(torch_seed)
     E, T = setup.num_envs, setup.unroll_length

@@ -5,7 +5,9 @@ learner's device (``RolloutBuffers.gather``), hands the slots back to the actors
 batch on a one-place queue, so the next batch is gathered while the learner works on this one.
 With ``prefetch=False`` it gathers only when the learner asks (``request``), after publishing its
 last update: fresher data, a lower policy lag, for a short wait. An exception in the thread is
-raised in the learner's thread by ``get``.
+raised in the learner's thread by ``get``. In lock-step (``runtime.deterministic``) each request
+lets the pool hand out one batch's slots, and the batch holds them in the order they were handed
+out.
 
 On a GPU the batch's copy is still running when the thread queues it (`RolloutBuffers.
 gather_async`); ``get`` makes the learner's stream wait for it, so neither thread waits for the
@@ -89,6 +91,8 @@ class BatchFeed:
             while not stopping():
                 if not self.prefetch and not self._wanted.acquire(timeout=0.5):
                     continue  # no request yet: look at stopping() again
+                if self.pool.lockstep:
+                    self.pool.allow(self.slots_per_batch)
                 indices = []
                 for _ in range(self.slots_per_batch):
                     index = self.pool.next_full_slot(stopping)
@@ -97,6 +101,8 @@ class BatchFeed:
                     indices.append(index)
                 if len(indices) < self.slots_per_batch:
                     break
+                if self.pool.lockstep:
+                    indices = self.pool.in_hand_out_order(indices)
                 batch, copied = self.buffers.gather_async(indices, self.device)
                 for index in indices:  # the slots are copied out (pinned or on the CPU)
                     self.pool.release(index)

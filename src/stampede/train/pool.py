@@ -10,6 +10,10 @@ within ``runtime.actor_restart_window_s`` stop the run with the last traceback.
 Each actor talks to the pool over its own pipe (see ``stampede.train.actor.run_actor``); the pool
 hands out free slots, at most ``SLOTS_PER_ACTOR`` at a time per actor, so it always knows which
 slots a failed actor held.
+
+In lock-step (``runtime.deterministic``) the pool hands out only the slots the learner allows
+(one batch after each published update), to the actors in turn, and numbers them, so that a
+batch is learned from in the order its slots were handed out, whatever order they come back in.
 """
 
 from __future__ import annotations
@@ -71,9 +75,14 @@ class ActorPool:
         restart_window_s: float,
         timeout_s: float,
         server: InferenceServer | None = None,
+        lockstep: bool = False,
     ) -> None:
         self.ctx, self.setups, self.policy, self.buffers = ctx, setups, policy, buffers
-        self.server = server
+        self.server, self.lockstep = server, lockstep
+        self.allowance = 0  # lock-step: slots that may still be handed out
+        self.handed: dict[int, int] = {}  # lock-step: slot -> its place in the hand-out order
+        self._handed_count = 0
+        self._turn = 0  # lock-step: the actor whose turn it is for the next slot
         self.max_restarts, self.window_s, self.timeout_s = max_restarts, restart_window_s, timeout_s
         self.version = ctx.Value("q", version, lock=False)
         self.free: deque[int] = deque(range(buffers.num_slots))
@@ -102,12 +111,17 @@ class ActorPool:
         return _Actor(process, ours, deque(), time.monotonic())
 
     def _hand_out(self) -> None:
-        """Give free slots to actors with fewer than SLOTS_PER_ACTOR, least loaded first."""
-        while self.free:
-            actor = min(self.actors, key=lambda a: len(a.assigned))
-            if len(actor.assigned) >= SLOTS_PER_ACTOR:
+        """Give free slots to actors with fewer than SLOTS_PER_ACTOR: least loaded first, or in
+        lock-step the actors in turn and no more than the learner allows."""
+        while self.free and (not self.lockstep or self.allowance > 0):
+            actor = self._next_actor()
+            if actor is None:
                 return
             index = self.free.popleft()
+            if self.lockstep:
+                self.allowance -= 1
+                self.handed[index] = self._handed_count
+                self._handed_count += 1
             if not actor.assigned:
                 actor.since = time.monotonic()
             actor.assigned.append(index)
@@ -115,6 +129,27 @@ class ActorPool:
                 actor.conn.send(index)
             except OSError:  # it died: supervise() reclaims its slots
                 continue
+
+    def _next_actor(self) -> _Actor | None:
+        """The actor the next free slot goes to; None when every actor holds SLOTS_PER_ACTOR."""
+        if not self.lockstep:
+            actor = min(self.actors, key=lambda a: len(a.assigned))
+            return actor if len(actor.assigned) < SLOTS_PER_ACTOR else None
+        for k in range(len(self.actors)):
+            actor = self.actors[(self._turn + k) % len(self.actors)]
+            if len(actor.assigned) < SLOTS_PER_ACTOR:
+                self._turn = (self._turn + k + 1) % len(self.actors)
+                return actor
+        return None
+
+    def allow(self, slots: int) -> None:
+        """Lock-step: the learner has published its update; hand out the next batch's slots."""
+        self.allowance += slots
+        self._hand_out()
+
+    def in_hand_out_order(self, indices: list[int]) -> list[int]:
+        """Lock-step: ``indices`` in the order they were handed out."""
+        return sorted(indices, key=self.handed.__getitem__)
 
     # ------------------------------------------------------------------ slots
 
@@ -198,6 +233,8 @@ class ActorPool:
         old = self.actors[actor_id]
         old.conn.close()
         self.free.extend(old.assigned)  # its half-written rollouts go back unused
+        if self.lockstep:  # to be handed out again in this round
+            self.allowance += len(old.assigned)
         self._count_failure(f"actor {actor_id}", reason)
         self.restarts += 1
         log.warning(

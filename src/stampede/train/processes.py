@@ -81,6 +81,7 @@ def start_pool(
             threads=r.actor_threads,
             tasks=actor_tasks(slot_tasks, r, rank, i),
             core_shapes=core,
+            deterministic=r.deterministic,
         )
         for i in range(r.actors)
     ]
@@ -94,6 +95,7 @@ def start_pool(
         restart_window_s=r.actor_restart_window_s,
         timeout_s=r.actor_timeout_s,
         server=server,
+        lockstep=r.deterministic,
     )
     pool.start()
     return pool
@@ -122,4 +124,5 @@ def layout(r: RuntimeConfig, device: torch.device) -> str:
         f"{r.actors} actors x {r.envs_per_actor} envs ({r.actor_threads} thread(s) each), "
         f"inference {where}, learner on {device} ({precision}, "
         f"{r.learner_torch_threads} thread(s)), {usable_cpus()} usable CPUs"
+        + (", deterministic (actors in lock-step with the learner)" if r.deterministic else "")
     )

@@ -11,8 +11,8 @@ exception stops the run with its traceback (``ActorFailure``), leaving a valid c
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -27,7 +27,7 @@ from stampede.config.schema import Config
 from stampede.envs import env_spec
 from stampede.envs.settings import env_tasks
 from stampede.models import ActorCritic
-from stampede.rundir import checkpoint_state
+from stampede.rundir import checkpoint, checkpoint_state
 from stampede.rundir.sinks import MetricLogger
 from stampede.train import distributed, processes
 from stampede.train.batch_feed import BatchFeed
@@ -42,14 +42,6 @@ log = logging.getLogger("stampede")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 
 
-def parameter_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of all parameters' bytes: equal digests mean identical parameters (across ranks)."""
-    sha = hashlib.sha256()
-    for p in model.parameters():
-        sha.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return sha.hexdigest()[:16]
-
-
 class Trainer:
     """One training run in one run directory (one rank, in distributed runs)."""
 
@@ -57,6 +49,9 @@ class Trainer:
         self.cfg, self.run_dir = cfg, run_dir
         self.rank = rank or distributed.Rank()
         self.device = distributed.device_for(self.rank, cfg.torch_device)
+        if cfg.runtime.deterministic and self.device.type == "cuda":
+            # cuBLAS is deterministic only with a fixed workspace (set before its first use)
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
         self.spec = env_spec(**dataclasses.asdict(cfg.env))
         self.games = tuple(cfg.env.games)  # a multi-task run's games in task order; else ()
@@ -167,6 +162,7 @@ class Trainer:
         else:  # a resumed run draws what it would have drawn had it not stopped
             torch.set_rng_state(self.progress.torch_rng)
         torch.set_num_threads(r.learner_torch_threads)
+        torch.use_deterministic_algorithms(r.deterministic)
         previous = {s: signal.signal(s, self._on_signal) for s in _STOP_SIGNALS}
         logger = run_logger(cfg, self.run_dir, self.rank.is_main, self.progress.frames)
         pool = self._start_actors()
@@ -205,7 +201,7 @@ class Trainer:
             self.rank.world_size,
             self.progress.updates,
             self.progress.frames,
-            parameter_digest(self.model),
+            checkpoint.content_digest(list(self.model.parameters())),  # equal across ranks
         )
         requeue = previous[signal.SIGUSR2]
         if self.stop_signal == signal.SIGUSR2 and callable(requeue):
@@ -233,7 +229,7 @@ class Trainer:
                 feed.request()
             with clock.stage("log"):
                 self._after_update(batch, metrics, window, logger)
-                if window.age_s >= cfg.logger.interval_s or progress.frames >= cfg.total_frames:
+                if self._line_due(window):
                     logger.write(
                         window.line(progress.frames, progress.updates, self.game_frames.frames)
                         | (self.learner.popart.metrics(self.games) if self.learner.popart else {})
@@ -252,6 +248,13 @@ class Trainer:
                 every, frames = cfg.eval.every_frames, progress.frames
                 if every and frames // every > (frames - self.frames_per_update) // every:
                     self._evaluate(None, logger)
+
+    def _line_due(self, window: Window) -> bool:
+        """Whether the metric line of ``window`` is written now (the run's last update: always)."""
+        cfg, progress = self.cfg, self.progress
+        every = cfg.logger.interval_in_updates(cfg.runtime.deterministic)
+        due = progress.updates % every == 0 if every else window.age_s >= cfg.logger.interval_s
+        return due or progress.frames >= cfg.total_frames
 
     def _after_update(
         self,

@@ -1,23 +1,16 @@
-"""Environments: the VecStep contract, the DQN Nature preprocessing, and backend equivalence."""
+"""Vectors of environments (``stampede.envs.vector``): the VecStep contract on both Atari backends
+and on gymnasium ids, seeding, sticky actions, and identical steps from either Atari backend."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from stampede.envs import (
-    EnvError,
-    EnvSettings,
-    VecEnv,
-    VecStep,
-    atari_games,
-    env_spec,
-    make_vec_env,
-    resolve_backend,
-)
-from stampede.envs.atari import AtariGame, uniform_below
+from stampede.envs import EnvError, VecStep, env_spec, make_vec_env
+from stampede.envs.atari import uniform_below
 from stampede.envs.factory import ale_vector_available
-from stampede.envs.preprocessing import AreaResize, max_pool, push_frame, restart_stack
+
+from .conftest import random_actions, rollout
 
 ATARI_BACKENDS = [
     "python_loop",
@@ -26,61 +19,6 @@ ATARI_BACKENDS = [
         marks=pytest.mark.skipif(not ale_vector_available(), reason="ale-py < 0.12"),
     ),
 ]
-
-
-def random_actions(num_steps: int, num_envs: int, num_actions: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, num_actions, size=(num_steps, num_envs))
-
-
-def rollout(env: VecEnv, seed: int, actions: np.ndarray) -> tuple[np.ndarray, list[VecStep]]:
-    """reset(seed), then one step per row of ``actions`` [T, E]."""
-    first = env.reset(seed)
-    return first, [env.step(a) for a in actions]
-
-
-# --- preprocessing on hand-made arrays ---------------------------------------------------------
-
-
-def test_max_pool_takes_the_pixelwise_max_of_two_frames():
-    older = np.array([[0, 5], [9, 1]], dtype=np.uint8)
-    newer = np.array([[3, 2], [9, 7]], dtype=np.uint8)
-    np.testing.assert_array_equal(max_pool(older, newer), [[3, 5], [9, 7]])
-    with pytest.raises(ValueError, match="one shape"):
-        max_pool(older, newer[:1])
-
-
-def test_area_resize_averages_whole_and_partial_pixels():
-    # 5 -> 2 pixels: each output covers 2.5 inputs, weights 0.4, 0.4, 0.2 | 0.2, 0.4, 0.4.
-    row = np.array([[10, 20, 30, 40, 50]], dtype=np.uint8)
-    np.testing.assert_array_equal(AreaResize((1, 5), (1, 2))(row), [[18, 42]])
-    # Integer factor 2: block means 2.5 and 3.5 round half to even, to 2 and 4.
-    image = np.array([[2, 3, 3, 4], [2, 3, 3, 4]], dtype=np.uint8)
-    np.testing.assert_array_equal(AreaResize((2, 4), (1, 2))(image), [[2, 4]])
-
-
-def test_area_resize_keeps_flat_images_flat_and_batches():
-    frames = np.stack([np.full((210, 160), v, dtype=np.uint8) for v in (0, 7, 255)])
-    out = AreaResize((210, 160), (84, 84))(frames)
-    assert out.shape == (3, 84, 84)
-    assert out.dtype == np.uint8
-    np.testing.assert_array_equal(out[:, 0, 0], [0, 7, 255])
-    assert (out == out[:, :1, :1]).all()
-
-
-def test_frame_stack_shifts_with_the_newest_frame_last():
-    stack = np.arange(4, dtype=np.uint8)[:, None, None].repeat(2, 1).repeat(2, 2)  # [4, 2, 2]
-    push_frame(stack, np.full((2, 2), 9, dtype=np.uint8))
-    np.testing.assert_array_equal(stack[:, 0, 0], [1, 2, 3, 9])
-    restart_stack(stack, np.full((2, 2), 5, dtype=np.uint8))
-    np.testing.assert_array_equal(stack[:, 0, 0], [0, 0, 0, 5])
-
-
-def test_uniform_below_stays_in_range_and_covers_it():
-    rng = np.random.RandomState(0)
-    draws = [uniform_below(rng, 31) for _ in range(2000)]
-    assert min(draws) == 0
-    assert max(draws) == 30
-    assert len(set(draws)) == 31
 
 
 # --- spaces --------------------------------------------------------------------------------------
@@ -118,14 +56,16 @@ def test_cartpole_observations_are_float32_vectors():
     env.close()
 
 
-def test_minimal_and_full_action_sets():
-    minimal = env_spec(game="pong")
-    full = env_spec(game="pong", full_action_space=True)
-    assert minimal.num_actions == 6
-    assert full.num_actions == 18
-    assert minimal.action_meanings is not None
-    assert minimal.action_meanings[0] == "NOOP"
-    assert env_spec(kind="gym", gym_id="CartPole-v1").num_actions == 2
+def test_gym_image_observations_stay_uint8():
+    """A gymnasium id with a uint8 image space keeps its bytes (a CNN scales them by 1/255)."""
+    env = make_vec_env(2, 0, kind="gym", gym_id="stampede.envs.testing:StampedeSpot-v0")
+    obs = env.reset(0)
+    assert env.spec.obs_shape == (4, 84, 84)
+    assert env.spec.obs_dtype == np.uint8
+    assert obs.dtype == np.uint8
+    assert obs.max() == 255
+    assert env.step(np.zeros(2, dtype=np.int64)).obs.dtype == np.uint8
+    env.close()
 
 
 # --- episodes ------------------------------------------------------------------------------------
@@ -224,11 +164,6 @@ def test_same_seed_same_trajectory_and_seeds_differ(backend):
     env.close()
 
 
-def test_sticky_action_probability_reaches_ale():
-    game = AtariGame(EnvSettings(game="pong", repeat_action_probability=0.25))
-    assert game.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
-
-
 @pytest.mark.parametrize("backend", ATARI_BACKENDS)
 def test_sticky_actions_repeat_the_previous_action(backend):
     # With probability near 1 ALE repeats its previous action, NOOP since the reset: any action
@@ -273,14 +208,6 @@ def test_backends_give_identical_steps(game, knobs):
         env.close()
 
 
-def test_auto_picks_the_c_plus_plus_vector_for_several_envs():
-    expected = "ale_vector" if ale_vector_available() else "python_loop"
-    assert resolve_backend(EnvSettings(), num_envs=8) == expected
-    assert resolve_backend(EnvSettings(), num_envs=1) == "python_loop"
-    assert resolve_backend(EnvSettings(backend="python_loop"), num_envs=8) == "python_loop"
-    assert resolve_backend(EnvSettings(kind="gym", gym_id="CartPole-v1")) == "python_loop"
-
-
 def test_the_python_loops_are_called_python_loop():
     """Neither Python-loop backend is named after gymnasium; the old name says what replaced it."""
     for fields in (
@@ -304,42 +231,11 @@ def test_large_seeds_wrap_into_the_emulator_range(backend):
 # --- errors --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
-def test_sticky_action_probability_is_below_one(p):
-    """[0, 1): with probability 1 the agent's actions would never reach the game."""
-    with pytest.raises(EnvError, match=r"env\.repeat_action_probability must be in \[0, 1\), got"):
-        EnvSettings(repeat_action_probability=p)
-
-
-def test_unknown_game_names_env_game():
-    assert "pong" in atari_games()
-    assert "space_invaders" in atari_games()
-    with pytest.raises(EnvError, match=r"env\.game='not_a_game' is not an ALE game.*atari_games"):
-        env_spec(game="not_a_game")
-    with pytest.raises(EnvError, match=r"env\.game='Pong'"):
-        make_vec_env(1, 0, game="Pong")
-
-
 def test_unknown_gym_id_names_env_gym_id():
     with pytest.raises(EnvError, match=r"env\.gym_id='NotAnEnv-v0'"):
         env_spec(kind="gym", gym_id="NotAnEnv-v0")
     with pytest.raises(EnvError, match=r"env\.gym_id='Pendulum-v1'.*Discrete"):
         make_vec_env(1, 0, kind="gym", gym_id="Pendulum-v1")
-
-
-def test_bad_settings_name_their_key():
-    with pytest.raises(EnvError, match=r"env\.backend"):
-        env_spec(backend="envpool")
-    with pytest.raises(EnvError, match=r"env\.kind"):
-        env_spec(kind="mujoco")
-    with pytest.raises(EnvError, match=r"env\.backend='ale_vector'.*atari"):
-        env_spec(kind="gym", gym_id="CartPole-v1", backend="ale_vector")
-    with pytest.raises(EnvError, match=r"env\.frame_skip must be >= 1, got 0"):
-        env_spec(frame_skip=0)
-    with pytest.raises(EnvError, match=r"env\.gym_id must be a gymnasium id"):
-        env_spec(kind="gym")
-    with pytest.raises(EnvError, match=r"unknown env setting.*frameskip"):
-        env_spec(frameskip=4)
 
 
 @pytest.mark.parametrize("backend", ATARI_BACKENDS)
@@ -353,3 +249,18 @@ def test_bad_actions_and_step_before_reset_raise(backend):
     with pytest.raises(EnvError, match=r"shape \(2,\)"):
         env.step(np.zeros(3, dtype=np.int64))
     env.close()
+
+
+@pytest.mark.parametrize("num_envs", [0, -1, 2.0, True])
+def test_num_envs_must_be_a_positive_int(num_envs):
+    with pytest.raises(EnvError, match=rf"num_envs must be an int >= 1, got {num_envs!r}"):
+        make_vec_env(num_envs, 0, kind="gym", gym_id="CartPole-v1")
+
+
+@pytest.mark.parametrize("backend", ATARI_BACKENDS)
+def test_a_closed_vector_refuses_to_step(backend):
+    env = make_vec_env(2, 0, game="pong", backend=backend)
+    env.reset(0)
+    env.close()
+    with pytest.raises(EnvError, match="before reset"):
+        env.step(np.zeros(2, dtype=np.int64))

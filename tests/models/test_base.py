@@ -1,9 +1,9 @@
-"""Tests for stampede.models: sizes from the IMPALA paper's Fig. 3, shapes, LSTM resets."""
+"""The actor-critic skeleton every network shares (``stampede.models.base``): output shapes, LSTM
+resets, the inputs that reach the heads, per-task values and the checks on every input."""
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 import pytest
@@ -17,87 +17,10 @@ from stampede.models import (
     ModelOutput,
     NatureNet,
     ResNet,
+    precision_context,
 )
 
-ATARI_OBS = (4, 84, 84)
-
-
-def num_params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-# Hand counts for obs (4, 84, 84), 6 actions (Pong's minimal set); weights + biases.
-#
-# Shared core, A = 6: core input = 256 (FC) + 1 (reward) + 6 (one-hot action) = 263.
-#   no LSTM: policy 263*6 + 6 = 1_584, baseline 263*1 + 1 = 264            -> heads 1_848
-#   LSTM 256: W_ih 4*256*263 = 269_312, W_hh 4*256*256 = 262_144,
-#             b_ih + b_hh = 2*1_024 = 2_048                                 -> 533_504
-#             policy 256*6 + 6 = 1_542, baseline 256 + 1 = 257              -> heads 1_799
-#
-# AtariNet torso: 84 -> (84-8)//4+1 = 20 -> (20-4)//2+1 = 9, so 32*9*9 = 2_592 features.
-#   conv1 4*16*8*8 + 16 = 4_112; conv2 16*32*4*4 + 32 = 8_224; fc 2_592*256 + 256 = 663_808
-#   torso = 676_144;  no LSTM: 676_144 + 1_848 = 677_992
-#                     LSTM:    676_144 + 533_504 + 1_799 = 1_211_447
-#
-# ResNet torso: each max-pool (3x3, stride 2, pad 1) maps n -> ceil(n/2): 84 -> 42 -> 21 -> 11,
-# so 32*11*11 = 3_872 features. A 3x3 conv c_in -> c_out has 9*c_in*c_out + c_out parameters.
-#   stack 1: conv 4->16 592;  4 convs 16->16 at 2_320 = 9_280   -> 9_872
-#   stack 2: conv 16->32 4_640; 4 convs 32->32 at 9_248 = 36_992 -> 41_632
-#   stack 3: conv 32->32 9_248; 4 convs at 9_248 = 36_992        -> 46_240
-#   fc 3_872*256 + 256 = 991_488; torso = 9_872 + 41_632 + 46_240 + 991_488 = 1_089_232
-#   no LSTM: 1_089_232 + 1_848 = 1_091_080;  LSTM: 1_089_232 + 533_504 + 1_799 = 1_624_535
-#
-# NatureNet torso: 84 -> 20 -> 9 -> (9-3)//1+1 = 7, so 64*7*7 = 3_136 features, FC 512.
-#   conv1 4*32*8*8 + 32 = 8_224; conv2 32*64*4*4 + 64 = 32_832; conv3 64*64*3*3 + 64 = 36_928;
-#   fc 3_136*512 + 512 = 1_606_144; torso = 1_684_128. Core input 512+6+1 = 519:
-#   no LSTM: policy 519*6+6 = 3_120, baseline 520 -> 1_684_128 + 3_640 = 1_687_768
-#   LSTM 519 -> 512: 4*512*(519+512) + 2*4*512 = 2_115_584; heads 512*6+6 + 513 = 3_591
-#            -> 1_684_128 + 2_115_584 + 3_591 = 3_803_303
-@pytest.mark.parametrize(
-    ("cls", "use_lstm", "expected"),
-    [
-        (AtariNet, False, 677_992),
-        (AtariNet, True, 1_211_447),
-        (ResNet, False, 1_091_080),
-        (ResNet, True, 1_624_535),
-        (NatureNet, False, 1_687_768),
-        (NatureNet, True, 3_803_303),
-    ],
-)
-def test_parameter_counts_match_hand_count(
-    cls: Callable[..., ActorCritic], use_lstm: bool, expected: int
-) -> None:
-    assert num_params(cls(ATARI_OBS, 6, use_lstm=use_lstm)) == expected
-
-
-def test_mlp_parameter_count() -> None:
-    # obs 4, hidden (64, 64), 2 actions: 4*64+64 = 320, 64*64+64 = 4_160;
-    # core input 64+1+2 = 67: policy 67*2+2 = 136, baseline 68 -> 4_684.
-    assert num_params(MLP((4,), 2)) == 4_684
-
-
-def test_mlp_without_hidden_layers_is_linear_in_its_inputs() -> None:
-    # hidden_sizes=() (documented as a linear torso): core input 4+1+2 = 7 features,
-    # policy 7*2+2 = 16, baseline 8 -> 24 parameters, and no torso layer at all.
-    model = MLP((4,), 2, hidden_sizes=())
-    assert num_params(model) == 24
-    assert len(model.torso) == 0
-
-
-def make_inputs(
-    obs_shape: tuple[int, ...], num_actions: int, steps: int, batch: int, seed: int = 0
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Random [T, B] inputs (obs, last_action, reward, done), done all False; uint8 images."""
-    g = torch.Generator().manual_seed(seed)
-    if len(obs_shape) > 1:
-        obs = torch.randint(0, 256, (steps, batch, *obs_shape), generator=g, dtype=torch.uint8)
-    else:
-        obs = torch.randn(steps, batch, *obs_shape, generator=g)
-    last_action = torch.randint(0, num_actions, (steps, batch), generator=g)
-    reward = torch.rand(steps, batch, generator=g) * 2 - 1
-    done = torch.zeros(steps, batch, dtype=torch.bool)
-    return obs, last_action, reward, done
-
+from .conftest import ATARI_OBS, make_inputs
 
 MODELS: dict[str, Callable[[bool], ActorCritic]] = {
     "shallow": lambda lstm: AtariNet(ATARI_OBS, 6, use_lstm=lstm),
@@ -238,40 +161,6 @@ def test_backward_reaches_every_parameter(name: str, use_lstm: bool) -> None:
         assert p.grad.abs().sum() > 0, pname
 
 
-def test_mlp_rejects_image_shape() -> None:
-    expected = (
-        "model MLP takes flat vector observations, got observation shape (4, 84, 84); "
-        "use model=nature, model=shallow or model=resnet for images"
-    )
-    with pytest.raises(ValueError, match=re.escape(expected)):
-        MLP((4, 84, 84), 6)
-
-
-@pytest.mark.parametrize("cls", [AtariNet, NatureNet, ResNet])
-def test_image_models_reject_vector_shape(cls: Callable[..., ActorCritic]) -> None:
-    with pytest.raises(ValueError, match=r"got observation shape \(4,\); use model=mlp"):
-        cls((4,), 2)
-
-
-def test_atarinet_names_minimum_image_size() -> None:
-    with pytest.raises(ValueError, match=r"at least 20x20 pixels.*\(4, 84, 19\)"):
-        AtariNet((4, 84, 19), 6)
-    smallest = AtariNet((1, 20, 20), 3)  # 20 -> 4 -> 1 pixel
-    assert smallest(*make_inputs((1, 20, 20), 3, steps=1, batch=2)).policy_logits.shape == (1, 2, 3)
-
-
-def test_naturenet_names_minimum_image_size() -> None:
-    with pytest.raises(ValueError, match=r"NatureNet needs images of at least 36x36 pixels"):
-        NatureNet((4, 35, 84), 6)
-    smallest = NatureNet((1, 36, 36), 3)  # 36 -> 8 -> 3 -> 1 pixel
-    assert smallest(*make_inputs((1, 36, 36), 3, steps=1, batch=2)).baseline.shape == (1, 2)
-
-
-def test_resnet_takes_any_image_size() -> None:
-    model = ResNet((3, 7, 5), 3, channels=(8, 8), num_blocks=1)
-    assert model(*make_inputs((3, 7, 5), 3, steps=2, batch=1)).baseline.shape == (2, 1)
-
-
 def test_constructors_accept_hydra_lists() -> None:
     pytest.importorskip("hydra")
     from hydra.utils import instantiate
@@ -319,7 +208,43 @@ def test_forward_rejects_wrong_core_state() -> None:
 def test_bad_constructor_arguments() -> None:
     with pytest.raises(ValueError, match="num_actions must be >= 1, got 0"):
         AtariNet(ATARI_OBS, 0)
-    with pytest.raises(ValueError, match=r"activation must be one of \['relu', 'tanh'\]"):
-        MLP((4,), 2, activation="gelu")
-    with pytest.raises(ValueError, match=r"takes image observations \[C, H, W\]"):
-        ResNet((84, 84), 6)
+    with pytest.raises(ValueError, match="model MLP: lstm_size must be >= 1, got 0"):
+        MLP((4,), 2, use_lstm=True, hidden_size=0)
+    with pytest.raises(ValueError, match="model NatureNet: num_tasks must be >= 1, got 0"):
+        NatureNet(ATARI_OBS, 6, num_tasks=0)
+
+
+def test_task_must_be_an_integer_tensor_of_shape_t_b() -> None:
+    model = MLP((4,), 2, num_tasks=3)
+    inputs = make_inputs((4,), 2, steps=2, batch=3)
+    assert model(*inputs, task=torch.full((2, 3), 2)).baseline.shape == (2, 3)
+    with pytest.raises(
+        ValueError, match=r"task must be an integer tensor of shape \[T, B\] = \(2, 3\)"
+    ):
+        model(*inputs, task=torch.zeros(3, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"got torch\.float32 \(2, 3\)"):
+        model(*inputs, task=torch.zeros(2, 3))
+
+
+def test_one_task_networks_ignore_task() -> None:
+    torch.manual_seed(0)
+    model = MLP((4,), 2)
+    inputs = make_inputs((4,), 2, steps=2, batch=3)
+    torch.testing.assert_close(
+        model(*inputs), model(*inputs, task=torch.zeros(2, 3, dtype=torch.long))
+    )
+
+
+def test_bf16_precision_runs_the_network_in_bfloat16_close_to_fp32() -> None:
+    torch.manual_seed(0)
+    model = AtariNet(ATARI_OBS, 6)
+    inputs = make_inputs(ATARI_OBS, 6, steps=2, batch=3)
+    cpu = torch.device("cpu")
+    with precision_context("fp32", cpu):
+        full = model(*inputs)
+    with precision_context("bf16", cpu):
+        half = model(*inputs)
+    assert full.policy_logits.dtype == torch.float32
+    assert half.policy_logits.dtype == torch.bfloat16
+    assert half.baseline.dtype == torch.bfloat16
+    torch.testing.assert_close(half.baseline.float(), full.baseline, atol=0.05, rtol=0.05)

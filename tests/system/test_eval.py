@@ -1,0 +1,107 @@
+"""Evaluation of whole runs through ``run.py``: mode=eval on a trained Pong run (stats printed, mp4
+written beside the run) and a training run's eval/* line in every sink."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_py
+
+from stampede.rundir import checkpoint
+
+
+def _video_frames(path: Path) -> np.ndarray:
+    import imageio.v3 as iio
+
+    return np.asarray(iio.imread(path, index=None))
+
+
+def test_mode_eval_on_a_trained_pong_run_prints_stats_and_writes_video(tmp_path: Path) -> None:
+    """Train Pong briefly (games capped at 250 agent steps to keep it fast), then evaluate it from
+    the run directory alone: no env=/model= on the eval command line."""
+    pytest.importorskip("moviepy")
+    run_dir = tmp_path / "train"
+    trained = run_py(
+        run_dir,
+        "env=pong",
+        "env.max_episode_frames=1000",
+        "model.hidden_size=32",
+        "total_frames=1600",
+        "runtime.num_actors=1",
+        "runtime.envs_per_actor=2",
+        "runtime.batch_size=2",
+        "optim.minibatches=1",
+        "runtime.unroll_length=20",
+        "logger.wandb.mode=disabled",
+        "logger.progress=false",
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    evaluated = run_py(
+        tmp_path / "eval",
+        "mode=eval",
+        f"checkpoint={run_dir}",
+        "eval.episodes=10",
+        "eval.num_envs=4",
+        "eval.video=true",
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "evaluation of pong (seed 1, " in evaluated.stdout
+    assert "10 games, sampled actions" in evaluated.stdout
+    assert "return: mean " in evaluated.stdout
+    record = json.loads((run_dir / "eval.json").read_text())
+    assert record["episodes"] == len(record["returns"]) == 10
+    assert all(-21 <= r <= 21 for r in record["returns"])
+    assert record["checkpoint"] == str(checkpoint.resolve(run_dir).resolve())
+    (video,) = (run_dir / "videos").glob("*.mp4")
+    assert video.name == f"pong_{record['frames']:012d}.mp4"
+    frames = _video_frames(video)
+    assert frames.shape[1:] == (210, 160, 3)
+    assert 10 < len(frames) <= 252  # one frame per agent step of one capped game (+ reset)
+    assert not (tmp_path / "eval" / "eval.json").exists()  # results live with the run only
+
+
+EVAL_KEYS = (
+    "eval/episode_return",
+    "eval/episode_return_median",
+    "eval/episode_return_std",
+    "eval/episode_length",
+    "eval/episodes",
+)
+
+
+def test_eval_metrics_reach_every_sink_of_a_training_run(tmp_path: Path) -> None:
+    """A short CartPole run that evaluates when it ends: its eval/* line is in metrics.jsonl, in
+    the offline W&B run and in the log, under the same names and with eval.json's numbers."""
+    import wandb_records
+
+    from stampede.rundir.files import read_metrics
+
+    run_dir = tmp_path / "run"
+    trained = run_py(
+        run_dir,
+        "debug=fast",
+        "env=cartpole",
+        "model=mlp",
+        "total_frames=100",
+        "eval.at_end=true",
+        "eval.episodes=2",
+        "eval.num_envs=2",
+        "logger.wandb.mode=offline",
+        "logger.progress=false",
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    record = json.loads((run_dir / "eval.json").read_text())
+    wandb_file = next((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    for sink, rows in (
+        ("metrics.jsonl", read_metrics(run_dir)),
+        ("W&B", wandb_records.history(wandb_file)),
+    ):
+        (line,) = [row for row in rows if "eval/episode_return" in row]
+        assert set(EVAL_KEYS) <= set(line), f"{sink}: {sorted(line)}"
+        assert line["env/frames"] == record["frames"], sink
+        assert (line["eval/episode_return"], line["eval/episodes"]) == (record["mean"], 2), sink
+    log = (run_dir / "run.log").read_text()
+    assert all(f"{key}=" in log for key in EVAL_KEYS), log[-2000:]

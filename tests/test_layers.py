@@ -116,6 +116,19 @@ def test_every_package_has_a_layer() -> None:
     assert packages == set(RANK)
 
 
+def test_every_module_has_its_own_test_file() -> None:
+    """tests/ mirrors src/: ``stampede/<package>/<module>.py`` is tested in
+    ``tests/<package>/test_<module>.py`` (a top-level module in ``tests/test_<module>.py``)."""
+    tests = SRC.parents[1] / "tests"
+    missing = [
+        str(path.relative_to(SRC))
+        for path in sorted(SRC.rglob("*.py"))
+        if path.name != "__init__.py"
+        and not (tests / path.parent.relative_to(SRC) / f"test_{path.name}").is_file()
+    ]
+    assert missing == []
+
+
 def test_no_import_goes_up_or_sideways() -> None:
     assert upward(graph()) == []
 

@@ -29,6 +29,12 @@ def _write_episodes(run_dir: Path, returns: list[float], frames_per_game: int = 
             f.write(json.dumps(row) + "\n")
 
 
+def _learning(*args: str) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/learning.py <args>``, run as a user runs it, output captured."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
 def test_load_episodes_keeps_the_kept_history_and_falls_back_to_metrics(tmp_path: Path) -> None:
     lines = [{"env/frames": 30, "env/episode_return": 3.0}, {"env/frames": 40}]
     (tmp_path / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n{torn")
@@ -123,19 +129,12 @@ def test_benchmark_reports_a_run_and_writes_docs(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     _write_episodes(run_dir, [-21.0] * 100 + [21.0] * 100)
     out = tmp_path / "docs"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "learning.py"),
-            "--report-only",
-            "--game=pong",
-            f"--run-dir={run_dir}",
-            f"--out={out}",
-            "--label=test",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = _learning(
+        "--report-only",
+        "--game=pong",
+        f"--run-dir={run_dir}",
+        f"--out={out}",
+        "--label=test",
     )
     assert proc.returncode == 0, proc.stderr
     assert "mean of last 100 >= 0: 150,000 frames, 5.0 min" in proc.stdout
@@ -146,17 +145,10 @@ def test_benchmark_reports_a_run_and_writes_docs(tmp_path: Path) -> None:
 
 
 def test_benchmark_says_when_a_run_has_no_games(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "learning.py"),
-            "--report-only",
-            f"--run-dir={tmp_path / 'empty'}",
-            f"--out={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = _learning(
+        "--report-only",
+        f"--run-dir={tmp_path / 'empty'}",
+        f"--out={tmp_path}",
     )
     assert proc.returncode == 1
     assert "has no finished games" in proc.stderr
@@ -179,20 +171,13 @@ def test_benchmark_reports_each_seed_and_their_spread(tmp_path: Path) -> None:
     _write_episodes(base / "seed1", [-21.0] * 100 + [21.0] * 100)
     _write_episodes(base / "seed2", [-21.0] * 120 + [21.0] * 100)
     out = tmp_path / "docs"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "learning.py"),
-            "--report-only",
-            "--game=pong",
-            "--seeds=2",
-            f"--run-dir={base}",
-            f"--out={out}",
-            "--label=test",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = _learning(
+        "--report-only",
+        "--game=pong",
+        "--seeds=2",
+        f"--run-dir={base}",
+        f"--out={out}",
+        "--label=test",
     )
     assert proc.returncode == 0, proc.stderr
     assert "pong seed 1 in" in proc.stdout

@@ -145,7 +145,7 @@ def test_a_two_game_run_logs_evaluates_and_reports_each_game(tmp_path: Path) -> 
             sys.executable,
             str(ROOT / "run.py"),
             f"hydra.run.dir={run_dir}",
-            "+experiment=multitask_atari5",
+            "+experiment=multitask_classic5",
             "env.games=[pong,breakout]",
             "total_frames=12000",
             "runtime.num_actors=2",

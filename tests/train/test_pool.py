@@ -118,14 +118,18 @@ def writers(batch) -> list[float]:
     return reward[0].tolist()
 
 
-def refilled_by_replacement(batches, slots) -> set[int]:
-    """Slots whose rollout the replacement of actor 1 wrote (each batch checked whole)."""
-    return {
-        index
-        for batch, indices in zip(batches, slots, strict=True)
-        for index, w in zip(indices, writers(batch)[::E], strict=True)  # E columns per slot
-        if w == mark(1, restart=1)
-    }
+def refilled(held: set[int]):
+    """``until`` for `take_batches`: every slot the faulty actor held has reached the learner
+    (whole: `writers` checks each batch, and its first incarnation never finished one, so each
+    was written again after it was reclaimed) and its replacement has delivered a rollout.
+    Which actor refills which slot is the pool's choice (least loaded first)."""
+
+    def done(batches, slots) -> bool:
+        marks = {w for batch in batches for w in writers(batch)}
+        taken = {index for indices in slots for index in indices}
+        return held <= taken and mark(1, restart=1) in marks
+
+    return done
 
 
 # A dead actor is found by its exit code, not by the hang timeout; a hung one by the timeout.
@@ -136,11 +140,9 @@ def test_slots_of_a_failed_actor_are_reclaimed_and_refilled(monkeypatch, fault, 
         pool.start()
         held = set(pool.actors[1].assigned)  # the slots the faulty actor was given
         assert len(held) == SLOTS_PER_ACTOR
-        # Until the replacement has refilled the slots its predecessor held (one poisoned,
-        # one never written), every batch the learner gets is whole (see `writers`).
-        batches, slots = take_batches(
-            pool, buffers, until=lambda b, s: held <= refilled_by_replacement(b, s)
-        )
+        # Until the slots its predecessor held (one poisoned, one never written) are back and
+        # the replacement works, every batch the learner gets is whole (see `writers`).
+        batches, slots = take_batches(pool, buffers, until=refilled(held))
         assert pool.restarts == 1
         assert pool.setups[1].restart == 1  # the replacement gets new seeds
         assert {index for indices in slots for index in indices} == set(range(buffers.num_slots))

@@ -96,7 +96,12 @@ def env_only_fps(cfg: Config, seconds: float) -> float:
 
 def learner_only(cfg: Config, seconds: float) -> tuple[float, float]:
     """(updates/s, frames/s) of the learner alone on synthetic batches of the configured shape,
-    with the configured precision and compile setting."""
+    with the configured precision and compile setting.
+
+    Every update does the whole work of a real one (all passes and steps) at a learning rate of
+    0 (the end of the linear schedule): learning from one batch over and over drives the policy
+    to extremes where bf16 overflows, and a skipped (non-finite) update would cut its passes
+    short and flatter the figure."""
     r, device = cfg.runtime, cfg.torch_device
     torch.set_num_threads(r.learner_torch_threads)
     spec = env_spec(**dataclasses.asdict(cfg.env))
@@ -104,7 +109,7 @@ def learner_only(cfg: Config, seconds: float) -> tuple[float, float]:
     learner = Learner(
         model,
         cfg.vtrace,
-        cfg.optim,
+        dataclasses.replace(cfg.optim, anneal_lr=True),
         cfg.total_frames,
         precision=r.resolved_precision(device),
         compile=r.compile,
@@ -123,14 +128,17 @@ def learner_only(cfg: Config, seconds: float) -> tuple[float, float]:
         else:
             value = torch.randn(field.shape)
         batch[name] = value.to(device)
-    learner.update(batch, 0)  # warm-up (and compilation)
+    done = cfg.total_frames  # lr 0 from here on
+    learner.update(batch, done)  # warm-up (and compilation)
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        learner.update(batch, 0)
+        learner.update(batch, done)
         updates += 1
     if device.type == "cuda":
         torch.cuda.synchronize()
     rate = updates / (time.perf_counter() - start)
+    if learner.skipped:
+        raise RuntimeError(f"{learner.skipped} synthetic updates were skipped: the figure is void")
     return rate, rate * r.unroll_length * r.batch_size * spec.frames_per_step
 
 

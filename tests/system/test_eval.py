@@ -105,3 +105,34 @@ def test_eval_metrics_reach_every_sink_of_a_training_run(tmp_path: Path) -> None
         assert (line["eval/episode_return"], line["eval/episodes"]) == (record["mean"], 2), sink
     log = (run_dir / "run.log").read_text()
     assert all(f"{key}=" in log for key in EVAL_KEYS), log[-2000:]
+
+
+def test_a_finished_run_started_again_does_not_play_its_final_evaluation_twice(
+    tmp_path: Path,
+) -> None:
+    """A relaunched sweep starts its finished runs again: their final evaluation is in eval.json
+    already and is not played again; with other eval settings it is."""
+    run_dir = tmp_path / "run"
+    command = (
+        "debug=fast",
+        "env=cartpole",
+        "model=mlp",
+        "total_frames=100",
+        "eval.at_end=true",
+        "eval.num_envs=2",
+        "logger.wandb.mode=disabled",
+        "logger.progress=false",
+    )
+
+    def history() -> list[dict]:
+        lines = (run_dir / "eval_history.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    for _ in range(2):
+        proc = run_py(run_dir, *command, "eval.episodes=2")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [row["episodes"] for row in history()] == [2]
+    assert "not played again" in (run_dir / "run.log").read_text()
+    proc = run_py(run_dir, *command, "eval.episodes=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [row["episodes"] for row in history()] == [2, 3]

@@ -30,6 +30,7 @@ from stampede.eval.results import (
     EvalRecord,
     eval_metrics,
     format_result,
+    read_eval,
     write_eval,
 )
 from stampede.eval.video import VIDEO_DIRNAME
@@ -52,9 +53,11 @@ def evaluate_run(
     frames: int,
     checkpoint_path: str | None,
     logger: MetricLogger | None,
+    again: bool = True,
 ) -> list[Evaluation]:
     """Evaluate ``model`` with the ``cfg.eval`` settings and write ``<run_dir>/eval.json``; one
     evaluation per game of a multi-task run (``env.games``), each in ``<run_dir>/eval/<game>/``.
+    Not ``again`` (none returned) where `evaluated_at` says it was done already.
 
     What the runner calls when training ends (``cfg.eval.at_end``) and every
     ``cfg.eval.every_frames``. eval.json holds the latest evaluation, in the format
@@ -64,10 +67,31 @@ def evaluate_run(
     of ``logger`` at ``env/frames``. Meanwhile torch uses ``cfg.runtime.actor_threads`` threads,
     as an actor does (restored after).
     """
+    if not again and evaluated_at(Path(run_dir), cfg, frames):
+        log.info("eval.json holds the evaluation at %d frames already: not played again", frames)
+        return []
     return [
         _evaluate_game(model, cfg, task, Path(run_dir), frames, checkpoint_path, logger)
         for task in range(len(cfg.env.tasks))
     ]
+
+
+def evaluated_at(run_dir: Path, cfg: Config, frames: int) -> bool:
+    """Whether every game of the run already has an evaluation of the policy at ``frames``
+    with the ``cfg.eval`` protocol (episodes, greedy or not) in its eval.json: a finished run
+    started again (a relaunched sweep) need not play its final evaluation twice."""
+    for task in range(len(cfg.env.tasks)):
+        try:
+            record = read_eval(results_dir(run_dir, cfg, task) / EVAL_FILE)
+        except (OSError, ValueError, TypeError, KeyError):
+            return False
+        if (record.frames, record.episodes, record.greedy) != (
+            frames,
+            cfg.eval.episodes,
+            cfg.eval.greedy,
+        ):
+            return False
+    return True
 
 
 def results_dir(run_dir: Path, cfg: Config, task: int) -> Path:

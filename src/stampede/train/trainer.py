@@ -189,8 +189,8 @@ class Trainer:
             path = self.save_checkpoint()
             pool.stop()
             try:  # the final evaluation logs its metrics, so it runs before the logger closes
-                if completed and cfg.eval.at_end:
-                    self._evaluate(path, logger)
+                if completed and cfg.eval.at_end:  # once: not again on a finished run's restart
+                    self._evaluate(path, logger, again=False)
             finally:
                 logger.close()
                 for s, handler in previous.items():
@@ -275,14 +275,14 @@ class Trainer:
         games = self.game_frames.of(tasks) if self.games else None
         logger.write_episodes(self.progress.frames, self.elapsed_s, returns, lengths, games)
 
-    def _evaluate(self, path: Path | None, logger: MetricLogger) -> None:
+    def _evaluate(self, path: Path | None, logger: MetricLogger, again: bool = True) -> None:
         """Evaluate the learner's policy with ``cfg.eval`` (rank 0): eval.json in the run dir,
-        ``eval/*`` to every sink of ``logger``."""
+        ``eval/*`` to every sink of ``logger`` (see `evaluate_run` for ``again``)."""
         if self.rank.is_main:
             from stampede.eval.run import evaluate_run
 
-            where = str(path) if path else None
-            evaluate_run(self.model, self.cfg, self.run_dir, self.progress.frames, where, logger)
+            where, frames = str(path) if path else None, self.progress.frames
+            evaluate_run(self.model, self.cfg, self.run_dir, frames, where, logger, again)
 
     def _should_stop(self) -> bool:
         stop = self.progress.frames >= self.cfg.total_frames or self.stop_signal is not None

@@ -42,7 +42,7 @@ class StageClock:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        """Add the wall time of the ``with`` block to ``name``."""
+        """Add the wall time of the ``with`` block, and of the gap before it, to ``name``."""
         if self._running is not None:
             raise RuntimeError(f"stage {name!r} inside stage {self.stages[self._running]!r}")
         self._running = self._index[name]  # its time runs from `_since`: the previous end

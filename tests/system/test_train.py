@@ -6,13 +6,15 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
-from conftest import CARTPOLE, run_py, start_py, wait_for
+from conftest import CARTPOLE, ROOT, run_py, start_py, wait_for
 
 from stampede.report import curves as learning_curve
 from stampede.rundir import checkpoint
@@ -219,3 +221,42 @@ def test_actor_exception_stops_run_with_traceback(tmp_path: Path) -> None:
     assert "injected failure at step 100" in output
     path, state = checkpoint.load_latest(checkpoint.checkpoint_dir(run_dir))
     assert checkpoint.load_file(path)["frames"] == state["frames"]
+
+
+def test_sigterm_stops_a_local_sweep_which_the_same_command_resumes(tmp_path: Path) -> None:
+    """SIGTERM (or Ctrl-C) to a local multirun stops the job that is training, with its
+    checkpoint, and the sweep with it: the next job does not start and no objective is reported
+    for the cut-short run. Run again with the same sweep directory, the sweep goes on from there."""
+    sweep = tmp_path / "sweep"
+    args = [*CARTPOLE, f"hydra.sweep.dir={sweep}", "seed=1,2"]
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "run.py"), "--multirun", *args, "total_frames=10000000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+    )
+    wait_for(lambda: len(read_metrics(sweep / "0")) >= 2, 90, "job 0's metrics")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "stopped by SIGTERM" in out
+    assert "objective" not in out
+    assert not (sweep / "1").exists(), "the sweep started its next job"
+    _, state = checkpoint.load_latest(checkpoint.checkpoint_dir(sweep / "0"))
+    stopped_at = state["frames"]
+
+    # the same sweep again (with a budget that ends soon): job 0 resumes, then job 1 runs
+    more = [f"total_frames={stopped_at + 4000}"]
+    again = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "--multirun", *args, *more],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from" in (sweep / "0" / "run.log").read_text()
+    for job in ("0", "1"):
+        _, final = checkpoint.load_latest(checkpoint.checkpoint_dir(sweep / job))
+        assert final["frames"] >= stopped_at + 4000

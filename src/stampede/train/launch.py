@@ -19,12 +19,13 @@ from stampede.train import distributed
 from stampede.train.trainer import Trainer
 
 
-def train(cfg: Config, run_dir: Path) -> None:
-    """Train in ``run_dir`` (rank 0's, in a distributed run) until ``cfg.total_frames``."""
+def train(cfg: Config, run_dir: Path) -> int | None:
+    """Train in ``run_dir`` (rank 0's, in a distributed run) until ``cfg.total_frames``; return
+    the signal (Ctrl-C, SIGTERM, SIGUSR2) that stopped it before then, if one did."""
     rank = distributed.setup(cfg.torch_device.type)
     try:
         with _claimed(run_dir, rank) as run_dir:
-            Trainer(cfg, run_dir, rank).train()
+            return Trainer(cfg, run_dir, rank).train()
     finally:
         distributed.teardown()
 

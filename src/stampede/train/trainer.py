@@ -155,7 +155,8 @@ class Trainer:
 
     # ------------------------------------------------------------------------ train
 
-    def train(self) -> None:
+    def train(self) -> int | None:
+        """Train to ``total_frames``; return the signal that stopped it before then, if one did."""
         cfg, r = self.cfg, self.cfg.runtime
         if self.progress.torch_rng is None:
             torch.manual_seed(cfg.seed)
@@ -209,6 +210,7 @@ class Trainer:
             # which resumes from the checkpoint just written in this same run directory.
             log.info("handing SIGUSR2 to the job's own handler (requeue)")
             requeue(signal.SIGUSR2, None)
+        return None if completed else self.stop_signal
 
     def _loop(self, pool: ActorPool, feed: BatchFeed, logger: MetricLogger) -> None:
         cfg, progress = self.cfg, self.progress

@@ -173,6 +173,7 @@ def test_impala_loss_composes_the_parts(gen):
         "learner/kl",
         "learner/adv_mean",
         "learner/adv_std",
+        "learner/reward_density",
     ]
     assert all(type(v) is float for v in metrics.values())
     assert metrics["loss/pg"] == pytest.approx(pg.item())
@@ -246,12 +247,31 @@ def test_diagnostics_by_hand():
         rho_mean=torch.tensor(1.0, dtype=f64),
         rho_clipped_frac=torch.tensor(0.0, dtype=f64),
     )
-    entropy_, ev, kl, adv_mean, adv_std = losses.diagnostics(target, behaviour, values, returns)
+    rewards = torch.tensor([[0.0]], dtype=f64)
+    entropy_, ev, kl, adv_mean, adv_std, density = losses.diagnostics(
+        target, behaviour, values, returns, rewards
+    )
     assert entropy_.item() == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))
     # KL(mu || pi) = 1/2 ln(1/2 / 1/4) + 1/2 ln(1/2 / 3/4)
     assert kl.item() == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3))
     assert math.isnan(ev.item())  # one target: no variance to explain
     assert (adv_mean.item(), adv_std.item()) == (2.0, 0.0)
+    assert density.item() == 0.0
+
+
+def test_reward_density_counts_steps_with_a_reward_of_either_sign():
+    # T = 4, B = 2: rewards at 3 of the 8 steps (a negative one counts too).
+    target = torch.zeros(4, 2, 3, dtype=f64)
+    returns = vtrace.VTraceReturns(
+        vs=torch.zeros(4, 2, dtype=f64),
+        pg_advantages=torch.zeros(4, 2, dtype=f64),
+        log_rhos=torch.zeros(4, 2, dtype=f64),
+        rho_mean=torch.tensor(1.0, dtype=f64),
+        rho_clipped_frac=torch.tensor(0.0, dtype=f64),
+    )
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [-1.0, 0.0], [0.0, 0.5]], dtype=f64)
+    density = losses.diagnostics(target, target, torch.zeros(4, 2, dtype=f64), returns, rewards)[5]
+    assert density.item() == 3 / 8
 
 
 def test_explained_variance_is_one_for_exact_values_and_zero_for_the_mean():

@@ -87,6 +87,7 @@ DIAGNOSTICS = (
     "learner/kl",
     "learner/adv_mean",
     "learner/adv_std",
+    "learner/reward_density",
 )
 
 
@@ -120,6 +121,7 @@ def test_diagnostics_and_time_budget_in_every_sink(tmp_path: Path) -> None:
             assert 0 <= row["learner/entropy"] <= math.log(2) + 1e-6  # CartPole: 2 actions
             assert row["learner/kl"] >= -1e-6
             assert row["learner/adv_std"] >= 0
+            assert row["learner/reward_density"] == 1.0  # CartPole pays 1 at every step
 
 
 def test_pong_run_directory(tmp_path: Path) -> None:

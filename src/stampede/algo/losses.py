@@ -28,6 +28,7 @@ METRIC_KEYS = (
     "learner/kl",
     "learner/adv_mean",
     "learner/adv_std",
+    "learner/reward_density",
 )
 
 
@@ -118,12 +119,18 @@ def explained_variance(values: Tensor, targets: Tensor) -> Tensor:
 
 
 def diagnostics(
-    target_logits: Tensor, behaviour_logits: Tensor, values: Tensor, returns: vtrace.VTraceReturns
+    target_logits: Tensor,
+    behaviour_logits: Tensor,
+    values: Tensor,
+    returns: vtrace.VTraceReturns,
+    rewards: Tensor,
 ) -> Tensor:
-    """[5] learning diagnostics, in the order of `METRIC_KEYS`' last five, all per step means:
+    """[6] learning diagnostics, in the order of `METRIC_KEYS`' last six, all per step means:
     policy entropy of pi (nats), explained variance of V against the V-trace targets,
-    KL(mu || pi) (how far the learner moved from the behaviour policy), and the mean and
-    std of the pg advantages."""
+    KL(mu || pi) (how far the learner moved from the behaviour policy), the mean and std of the
+    pg advantages, and the reward density: the fraction of steps whose reward r_t [T, B] is not
+    zero (a game whose rewards are rare gives most minibatches advantages with no reward in
+    them, only the baseline's errors)."""
     with torch.no_grad():
         log_pi = F.log_softmax(target_logits, dim=-1)  # [T, B, A]
         log_mu = F.log_softmax(behaviour_logits, dim=-1)  # [T, B, A]
@@ -131,7 +138,8 @@ def diagnostics(
         kl = (log_mu.exp() * (log_mu - log_pi)).sum(-1).mean()
         ev = explained_variance(values.detach(), returns.vs)
         adv = returns.pg_advantages
-        return torch.stack([entropy, ev, kl, adv.mean(), adv.std(unbiased=False)])
+        density = (rewards != 0).to(adv.dtype).mean()
+        return torch.stack([entropy, ev, kl, adv.mean(), adv.std(unbiased=False), density])
 
 
 def impala_loss_stats(
@@ -221,7 +229,7 @@ def impala_loss_stats(
     entropy = entropy_cost * entropy_loss(target_logits)
     total = pg + baseline + entropy
     terms = torch.stack([pg, baseline, entropy, total, returns.rho_mean, returns.rho_clipped_frac])
-    diag = diagnostics(target_logits, behaviour_logits, values, seen)
+    diag = diagnostics(target_logits, behaviour_logits, values, seen, rewards)
     return total, torch.cat([terms.detach(), diag]), returns
 
 

@@ -54,13 +54,16 @@ def main(dict_config) -> float | None:
 
 
 def _stopped(signum: int, multirun: bool) -> None:
-    """A run stopped by a signal before ``total_frames`` (its checkpoint is written). In a
+    """A run stopped by a signal before ``total_frames``, or during its final evaluation (its
+    checkpoint is written; the same command goes on from there). In a
     multirun, Ctrl-C and SIGTERM end the process (exit 128 + signal, the shell's convention) so
     that the sweep stops there instead of starting its next job; a sweeper records no objective.
     SIGUSR2 is a preemption, which submitit's own handler has already requeued."""
     name = signal.Signals(signum).name
     logging.getLogger("stampede").warning(
-        "stopped by %s before total_frames; the same command resumes it", name
+        "stopped by %s before the end of the run (total_frames, then its final evaluation); "
+        "the same command resumes it",
+        name,
     )
     if multirun and signum in (signal.SIGINT, signal.SIGTERM):
         raise SystemExit(128 + signum)

@@ -4,11 +4,12 @@ written beside the run) and a training run's eval/* line in every sink."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_py
+from conftest import run_py, start_py, wait_for
 
 from stampede.rundir import checkpoint
 
@@ -136,3 +137,37 @@ def test_a_finished_run_started_again_does_not_play_its_final_evaluation_twice(
     proc = run_py(run_dir, *command, "eval.episodes=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [row["episodes"] for row in history()] == [2, 3]
+
+
+def test_a_stop_signal_abandons_the_final_evaluation_and_a_restart_plays_it(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM (or Ctrl-C, or a preemption) while the final evaluation plays its games: the
+    process ends within seconds with no eval.json and no objective, instead of playing the games
+    out (200 games to the frame cap take longer than 10M frames of training). Started again, the
+    run finds its training done and plays the evaluation."""
+    run_dir = tmp_path / "run"
+    command = (
+        "debug=fast",
+        "env=cartpole",
+        "model=mlp",
+        "total_frames=100",
+        "eval.at_end=true",
+        "eval.num_envs=2",
+        "logger.wandb.mode=disabled",
+        "logger.progress=false",
+    )
+    proc = start_py(run_dir, *command, "eval.episodes=1000000")  # far more than 30 s of games
+    log = run_dir / "run.log"
+    wait_for(lambda: log.exists() and "evaluating" in log.read_text(), 90, "the evaluation")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out[-3000:]  # a single run: stopped with its checkpoint
+    assert "evaluation at 100 frames abandoned (SIGTERM)" in out, out[-3000:]
+    assert "stopped by SIGTERM" in out
+    assert "objective" not in out
+    assert not (run_dir / "eval.json").exists()
+
+    again = run_py(run_dir, *command, "eval.episodes=3")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 3

@@ -23,7 +23,7 @@ mode=eval checkpoint=<run dir or file>``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,11 @@ from stampede.models import ActorCritic
 # Evaluation seeds come from the run seed through their own SeedSequence stream, so that they
 # never coincide with the actors' training seeds (spawned on (actor_id, generation)).
 _EVAL_STREAM = 0x6576616C  # "eval"
+
+
+class EvalStopped(Exception):
+    """A stop was requested (Ctrl-C, SIGTERM, a preemption) while the games were being played:
+    the evaluation is abandoned unfinished, nothing of it is reported or written."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +122,7 @@ def evaluate(
     video_dir: Path | None = None,
     video_name: str = "eval",
     task: int = 0,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Evaluation:
     """Play ``episodes`` whole games on ``num_envs`` environments and return their true returns.
 
@@ -127,6 +133,8 @@ def evaluate(
     video_dir: if given, one more game is played on a single renderable environment and recorded
     to ``<video_dir>/<video_name>.mp4`` (``stampede.eval.video``; not counted in the returns).
     task: the task id of ``env_kwargs``' game for a multi-task network (its index in env.games).
+    should_stop: asked before every step; once it says True, `EvalStopped` is raised (200 whole
+    games can take as long as the training, e.g. where each game runs to the frame cap).
     """
     quotas = episode_quotas(episodes, num_envs)
     device = torch.device(device)
@@ -142,7 +150,7 @@ def evaluate(
             if video_dir is not None:
                 check_video_env(kwargs, seed)  # fail before the long part, not after it
             policy = Policy(model, len(quotas), device, greedy, reward_clip, task)
-            returns, lengths = _play(policy, kwargs, quotas, seed)
+            returns, lengths = _play(policy, kwargs, quotas, seed, should_stop)
             video = None
             if video_dir is not None:
                 # The next env's seed (folded like env_seeds): a game not in the statistics.
@@ -155,16 +163,22 @@ def evaluate(
 
 
 def _play(
-    policy: Policy, env_kwargs: dict[str, Any], quotas: Sequence[int], seed: int
+    policy: Policy,
+    env_kwargs: dict[str, Any],
+    quotas: Sequence[int],
+    seed: int,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[list[float], list[int]]:
     """Step one vector with ``policy`` (fresh, for len(quotas) envs) until environment i has
-    finished ``quotas[i]`` games; collect them."""
+    finished ``quotas[i]`` games; collect them. `EvalStopped` once ``should_stop()``."""
     E = len(quotas)
     env = make_vec_env(num_envs=E, seed=seed, **env_kwargs)
     games: list[list[tuple[float, int]]] = [[] for _ in range(E)]
     try:
         obs = env.reset(seed=seed)
         while any(len(games[i]) < quotas[i] for i in range(E)):
+            if should_stop is not None and should_stop():
+                raise EvalStopped
             result = env.step(policy.act(obs))
             policy.observe(result.reward, result.done)
             obs = result.obs

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,7 @@ def evaluate_run(
     checkpoint_path: str | None,
     logger: MetricLogger | None,
     again: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[Evaluation]:
     """Evaluate ``model`` with the ``cfg.eval`` settings and write ``<run_dir>/eval.json``; one
     evaluation per game of a multi-task run (``env.games``), each in ``<run_dir>/eval/<game>/``.
@@ -65,13 +66,16 @@ def evaluate_run(
     With ``cfg.eval.video`` the mp4 goes to ``<run_dir>/videos/<game>_<frames>.mp4``. The
     ``eval/*`` metrics (``eval/<game>/*`` for a multi-task run) and the video go to every sink
     of ``logger`` at ``env/frames``. Meanwhile torch uses ``cfg.runtime.actor_threads`` threads,
-    as an actor does (restored after).
+    as an actor does (restored after). ``should_stop`` (asked before every step) abandons the
+    evaluation with `EvalStopped`; the games already evaluated keep their eval.json.
     """
     if not again and evaluated_at(Path(run_dir), cfg, frames):
         log.info("eval.json holds the evaluation at %d frames already: not played again", frames)
         return []
     return [
-        _evaluate_game(model, cfg, task, Path(run_dir), frames, checkpoint_path, logger)
+        _evaluate_game(
+            model, cfg, task, Path(run_dir), frames, checkpoint_path, logger, should_stop
+        )
         for task in range(len(cfg.env.tasks))
     ]
 
@@ -110,6 +114,7 @@ def _evaluate_game(
     frames: int,
     checkpoint_path: str | None,
     logger: MetricLogger | None,
+    should_stop: Callable[[], bool] | None,
 ) -> Evaluation:
     """``evaluate_run`` for one game (task) of the run."""
     e, game = cfg.eval, cfg.env.tasks[task]
@@ -134,6 +139,7 @@ def _evaluate_game(
             video_dir=Path(run_dir) / VIDEO_DIRNAME if e.video else None,
             video_name=f"{game}_{frames:012d}",
             task=task,
+            should_stop=should_stop,
         )
     record = EvalRecord.of(evaluation, cfg, frames, checkpoint_path, task)
     results = results_dir(run_dir, cfg, task)

@@ -156,7 +156,8 @@ class Trainer:
     # ------------------------------------------------------------------------ train
 
     def train(self) -> int | None:
-        """Train to ``total_frames``; return the signal that stopped it before then, if one did."""
+        """Train to ``total_frames`` and evaluate (``eval.at_end``); return the signal that
+        stopped it before the end of both, if one did (a resumed run does what is left)."""
         cfg, r = self.cfg, self.cfg.runtime
         if self.progress.torch_rng is None:
             torch.manual_seed(cfg.seed)
@@ -191,7 +192,7 @@ class Trainer:
             pool.stop()
             try:  # the final evaluation logs its metrics, so it runs before the logger closes
                 if completed and cfg.eval.at_end:  # once: not again on a finished run's restart
-                    self._evaluate(path, logger, again=False)
+                    completed = self._evaluate(path, logger, again=False)
             finally:
                 logger.close()
                 for s, handler in previous.items():
@@ -277,14 +278,36 @@ class Trainer:
         games = self.game_frames.of(tasks) if self.games else None
         logger.write_episodes(self.progress.frames, self.elapsed_s, returns, lengths, games)
 
-    def _evaluate(self, path: Path | None, logger: MetricLogger, again: bool = True) -> None:
+    def _evaluate(self, path: Path | None, logger: MetricLogger, again: bool = True) -> bool:
         """Evaluate the learner's policy with ``cfg.eval`` (rank 0): eval.json in the run dir,
-        ``eval/*`` to every sink of ``logger`` (see `evaluate_run` for ``again``)."""
-        if self.rank.is_main:
-            from stampede.eval.run import evaluate_run
+        ``eval/*`` to every sink of ``logger`` (see `evaluate_run` for ``again``). False where a
+        stop signal came first: the evaluation is abandoned, to be played when the run resumes."""
+        if not self.rank.is_main:
+            return True
+        from stampede.eval.protocol import EvalStopped
+        from stampede.eval.run import evaluate_run
 
-            where, frames = str(path) if path else None, self.progress.frames
-            evaluate_run(self.model, self.cfg, self.run_dir, frames, where, logger, again)
+        where, frames = str(path) if path else None, self.progress.frames
+        try:
+            evaluate_run(
+                self.model,
+                self.cfg,
+                self.run_dir,
+                frames,
+                where,
+                logger,
+                again,
+                should_stop=lambda: self.stop_signal is not None,
+            )
+        except EvalStopped:
+            assert self.stop_signal is not None
+            log.warning(
+                "evaluation at %d frames abandoned (%s): none of its games is reported",
+                frames,
+                signal.Signals(self.stop_signal).name,
+            )
+            return False
+        return True
 
     def _should_stop(self) -> bool:
         stop = self.progress.frames >= self.cfg.total_frames or self.stop_signal is not None

@@ -108,22 +108,26 @@ def test_eval_metrics_reach_every_sink_of_a_training_run(tmp_path: Path) -> None
     assert all(f"{key}=" in log for key in EVAL_KEYS), log[-2000:]
 
 
+# 100 frames of CartPole, then the final evaluation (its eval.episodes given by each test).
+TRAIN_THEN_EVALUATE = (
+    "debug=fast",
+    "env=cartpole",
+    "model=mlp",
+    "total_frames=100",
+    "eval.at_end=true",
+    "eval.num_envs=2",
+    "logger.wandb.mode=disabled",
+    "logger.progress=false",
+)
+
+
 def test_a_finished_run_started_again_does_not_play_its_final_evaluation_twice(
     tmp_path: Path,
 ) -> None:
     """A relaunched sweep starts its finished runs again: their final evaluation is in eval.json
     already and is not played again; with other eval settings it is."""
     run_dir = tmp_path / "run"
-    command = (
-        "debug=fast",
-        "env=cartpole",
-        "model=mlp",
-        "total_frames=100",
-        "eval.at_end=true",
-        "eval.num_envs=2",
-        "logger.wandb.mode=disabled",
-        "logger.progress=false",
-    )
+    command = TRAIN_THEN_EVALUATE
 
     def history() -> list[dict]:
         lines = (run_dir / "eval_history.jsonl").read_text().splitlines()
@@ -147,16 +151,7 @@ def test_a_stop_signal_abandons_the_final_evaluation_and_a_restart_plays_it(
     out (200 games to the frame cap take longer than 10M frames of training). Started again, the
     run finds its training done and plays the evaluation."""
     run_dir = tmp_path / "run"
-    command = (
-        "debug=fast",
-        "env=cartpole",
-        "model=mlp",
-        "total_frames=100",
-        "eval.at_end=true",
-        "eval.num_envs=2",
-        "logger.wandb.mode=disabled",
-        "logger.progress=false",
-    )
+    command = TRAIN_THEN_EVALUATE
     proc = start_py(run_dir, *command, "eval.episodes=1000000")  # far more than 30 s of games
     log = run_dir / "run.log"
     wait_for(lambda: log.exists() and "evaluating" in log.read_text(), 90, "the evaluation")

@@ -111,6 +111,7 @@ def test_games_are_whole_games_on_at_most_one_env_per_game(
     assert made == {
         "num_envs": 2,
         "seed": 11,
+        "num_threads": 1,
         "kind": "gym",
         "gym_id": "CartPole-v1",
         "episodic_life": False,

@@ -57,7 +57,7 @@ def test_evaluate_run_overwrites_eval_json_and_appends_history(tmp_path: Path) -
     assert report.collect(tmp_path) == []  # not Atari: the table skips it
 
 
-def test_evaluate_run_acts_on_the_actor_threads_and_restores_the_callers(
+def test_evaluate_run_acts_on_the_threads_it_is_given_and_restores_the_callers(
     tmp_path: Path,
 ) -> None:
     cfg = Config(env=CARTPOLE_ENV, model=MLPConfig(hidden_sizes=[16]), device="cpu")
@@ -68,11 +68,11 @@ def test_evaluate_run_acts_on_the_actor_threads_and_restores_the_callers(
     before = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
-        eval_run.evaluate_run(model, cfg, tmp_path, 10, None, logger=None)
+        eval_run.evaluate_run(model, cfg, tmp_path, 10, None, logger=None, threads=2)
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
-    assert seen == {cfg.runtime.actor_threads} == {1}
+    assert seen == {2}
 
 
 def test_a_multitask_run_keeps_each_games_results_apart(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ written beside the run) and a training run's eval/* line in every sink."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import run_py, start_py, wait_for
 
+from stampede.config.runtime import usable_cpus
 from stampede.rundir import checkpoint
 
 
@@ -141,6 +143,22 @@ def test_a_finished_run_started_again_does_not_play_its_final_evaluation_twice(
     proc = run_py(run_dir, *command, "eval.episodes=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [row["episodes"] for row in history()] == [2, 3]
+
+
+def test_evaluations_during_training_share_the_cpus_and_the_final_one_has_them_all(
+    tmp_path: Path,
+) -> None:
+    """Every ``eval.every_frames`` the learner evaluates while its actors run, so on
+    ``runtime.actor_threads`` threads; once training ends and the actors have stopped, the final
+    evaluation plays on every usable CPU (torch's threads and the env vector's)."""
+    run_dir = tmp_path / "run"
+    proc = run_py(run_dir, *TRAIN_THEN_EVALUATE, "eval.every_frames=40", "eval.episodes=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (run_dir / "eval_history.jsonl").read_text().splitlines()
+    assert [json.loads(line)["frames"] for line in lines] == [40, 80, 100]
+    log = (run_dir / "run.log").read_text()
+    threads = re.findall(r"evaluating CartPole-v1 at (\d+) frames: .*threads=(\d+)\)", log)
+    assert threads == [("40", "1"), ("80", "1"), ("100", str(usable_cpus()))], log[-3000:]
 
 
 def test_a_stop_signal_abandons_the_final_evaluation_and_a_restart_plays_it(

@@ -169,10 +169,14 @@ class CheckpointingConfig:
 
 @dataclass
 class EvalConfig:
-    """Evaluation protocol: the paper's is 200 episodes with up to 30 random no-op starts."""
+    """Evaluation protocol: the paper's is 200 episodes with up to 30 random no-op starts.
+
+    ``num_envs`` games are played at once, env i its fixed share of ``episodes`` (no bias to
+    short games); which envs (seeds) changes the games drawn, not the protocol. 32 played
+    BattleZone's 200 games 1.3x as fast as 8 did on 2 cores (README, "Evaluation")."""
 
     episodes: int = 200
-    num_envs: int = 8
+    num_envs: int = 32
     greedy: bool = False
     video: bool = False
     at_end: bool = False  # evaluate once training finishes

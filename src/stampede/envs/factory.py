@@ -59,7 +59,11 @@ def resolve_backend(settings: EnvSettings, num_envs: int = 8) -> str:
 
 
 def make_vec_env(
-    num_envs: int, seed: int, tasks: Sequence[int] | None = None, **fields: Any
+    num_envs: int,
+    seed: int,
+    tasks: Sequence[int] | None = None,
+    num_threads: int = 1,
+    **fields: Any,
 ) -> VecEnv:
     """A vector of ``num_envs`` environments; call ``reset(seed)`` before stepping it.
 
@@ -69,15 +73,19 @@ def make_vec_env(
     ``seed`` seeds the emulators' construction; ``reset(seed)`` seeds the episodes.
     Multi-task settings (``env.games``): env i plays game ``tasks[i]`` (by default the games
     share the vector as ``env_tasks`` shares a run's slots); the result is a ``TaskVecEnv``.
+    ``num_threads``: the threads that step ale-py's C++ vector (backend ``ale_vector``; each
+    vector of a multi-task one gets as many); the Python loops step on the caller's thread.
     """
     settings = env_settings(fields)
     if settings.games:
         tasks = list(tasks) if tasks is not None else env_tasks(len(settings.games), num_envs)
-        return _task_vector(settings, tasks, seed)
-    return _single_game_vector(settings, num_envs, seed)
+        return _task_vector(settings, tasks, seed, num_threads)
+    return _single_game_vector(settings, num_envs, seed, num_threads)
 
 
-def _task_vector(settings: EnvSettings, tasks: list[int], seed: int) -> TaskVecEnv:
+def _task_vector(
+    settings: EnvSettings, tasks: list[int], seed: int, num_threads: int
+) -> TaskVecEnv:
     """One vector per run of equal tasks, concatenated; env i keeps the seed ``seed + i``."""
     if not tasks or min(tasks) < 0 or max(tasks) >= len(settings.games):
         raise EnvError(
@@ -87,17 +95,19 @@ def _task_vector(settings: EnvSettings, tasks: list[int], seed: int) -> TaskVecE
     parts, offset = [], 0
     for task, run in itertools.groupby(tasks):
         size = len(list(run))
-        parts.append(_single_game_vector(settings.task(task), size, seed + offset))
+        parts.append(_single_game_vector(settings.task(task), size, seed + offset, num_threads))
         offset += size
     return TaskVecEnv(parts, tasks)
 
 
-def _single_game_vector(settings: EnvSettings, num_envs: int, seed: int) -> VecEnv:
+def _single_game_vector(
+    settings: EnvSettings, num_envs: int, seed: int, num_threads: int
+) -> VecEnv:
     chosen = resolve_backend(settings, num_envs)
     if settings.kind == "gym":
         return GymVecEnv(num_envs, settings.gym_id)
     if chosen == "ale_vector":
-        return AleVectorEnv(num_envs, settings)
+        return AleVectorEnv(num_envs, settings, num_threads)
     return AtariVecEnv(num_envs, settings, seed=seed)
 
 

@@ -123,6 +123,7 @@ def evaluate(
     video_name: str = "eval",
     task: int = 0,
     should_stop: Callable[[], bool] | None = None,
+    threads: int = 1,
 ) -> Evaluation:
     """Play ``episodes`` whole games on ``num_envs`` environments and return their true returns.
 
@@ -135,12 +136,16 @@ def evaluate(
     task: the task id of ``env_kwargs``' game for a multi-task network (its index in env.games).
     should_stop: asked before every step; once it says True, `EvalStopped` is raised (200 whole
     games can take as long as the training, e.g. where each game runs to the frame cap).
+    threads: torch's intra-op threads and the C++ vector's env threads (at most one per env)
+    while it plays; torch's setting is restored after. One where other processes (actors) are
+    running; the usable CPUs where evaluation has the machine (README, "Evaluation").
     """
     quotas = episode_quotas(episodes, num_envs)
     device = torch.device(device)
     kwargs = {**env_kwargs, "episodic_life": False}
-    was_training = model.training
+    was_training, torch_threads = model.training, torch.get_num_threads()
     model.eval()
+    torch.set_num_threads(threads)
     rng_devices: list[int] = []  # the model's GPU generator is forked too: sampling runs there
     if device.type == "cuda":
         rng_devices = [device.index if device.index is not None else torch.cuda.current_device()]
@@ -150,7 +155,7 @@ def evaluate(
             if video_dir is not None:
                 check_video_env(kwargs, seed)  # fail before the long part, not after it
             policy = Policy(model, len(quotas), device, greedy, reward_clip, task)
-            returns, lengths = _play(policy, kwargs, quotas, seed, should_stop)
+            returns, lengths = _play(policy, kwargs, quotas, seed, should_stop, threads)
             video = None
             if video_dir is not None:
                 # The next env's seed (folded like env_seeds): a game not in the statistics.
@@ -159,6 +164,7 @@ def evaluate(
                 video = record_video(policy, kwargs, video_seed, video_dir, video_name)
     finally:
         model.train(was_training)
+        torch.set_num_threads(torch_threads)
     return Evaluation(tuple(returns), tuple(lengths), video)
 
 
@@ -167,12 +173,14 @@ def _play(
     env_kwargs: dict[str, Any],
     quotas: Sequence[int],
     seed: int,
-    should_stop: Callable[[], bool] | None = None,
+    should_stop: Callable[[], bool] | None,
+    threads: int,
 ) -> tuple[list[float], list[int]]:
-    """Step one vector with ``policy`` (fresh, for len(quotas) envs) until environment i has
-    finished ``quotas[i]`` games; collect them. `EvalStopped` once ``should_stop()``."""
+    """Step one vector with ``policy`` (fresh, for len(quotas) envs, on up to ``threads``
+    threads) until environment i has finished ``quotas[i]`` games; collect them. `EvalStopped`
+    once ``should_stop()``."""
     E = len(quotas)
-    env = make_vec_env(num_envs=E, seed=seed, **env_kwargs)
+    env = make_vec_env(num_envs=E, seed=seed, num_threads=min(threads, E), **env_kwargs)
     games: list[list[tuple[float, int]]] = [[] for _ in range(E)]
     try:
         obs = env.reset(seed=seed)

@@ -11,16 +11,14 @@ message naming the value and what was expected; ``run.py`` prints it and exits 2
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from stampede.config.models import model_factory
+from stampede.config.runtime import usable_cpus
 from stampede.config.schema import Config, EvalConfig
 from stampede.envs import EnvError, env_spec
 from stampede.eval.policy import EvalError
@@ -55,6 +53,7 @@ def evaluate_run(
     logger: MetricLogger | None,
     again: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    threads: int = 1,
 ) -> list[Evaluation]:
     """Evaluate ``model`` with the ``cfg.eval`` settings and write ``<run_dir>/eval.json``; one
     evaluation per game of a multi-task run (``env.games``), each in ``<run_dir>/eval/<game>/``.
@@ -65,16 +64,16 @@ def evaluate_run(
     ``stampede.report.report`` reads; every evaluation is also appended to ``eval_history.jsonl``.
     With ``cfg.eval.video`` the mp4 goes to ``<run_dir>/videos/<game>_<frames>.mp4``. The
     ``eval/*`` metrics (``eval/<game>/*`` for a multi-task run) and the video go to every sink
-    of ``logger`` at ``env/frames``. Meanwhile torch uses ``cfg.runtime.actor_threads`` threads,
-    as an actor does (restored after). ``should_stop`` (asked before every step) abandons the
-    evaluation with `EvalStopped`; the games already evaluated keep their eval.json.
+    of ``logger`` at ``env/frames``. ``threads``: for torch and the env vector while it plays
+    (`evaluate`). ``should_stop`` (asked before every step) abandons the evaluation with
+    `EvalStopped`; the games already evaluated keep their eval.json.
     """
     if not again and evaluated_at(Path(run_dir), cfg, frames):
         log.info("eval.json holds the evaluation at %d frames already: not played again", frames)
         return []
     return [
         _evaluate_game(
-            model, cfg, task, Path(run_dir), frames, checkpoint_path, logger, should_stop
+            model, cfg, task, Path(run_dir), frames, checkpoint_path, logger, should_stop, threads
         )
         for task in range(len(cfg.env.tasks))
     ]
@@ -115,32 +114,34 @@ def _evaluate_game(
     checkpoint_path: str | None,
     logger: MetricLogger | None,
     should_stop: Callable[[], bool] | None,
+    threads: int,
 ) -> Evaluation:
     """``evaluate_run`` for one game (task) of the run."""
     e, game = cfg.eval, cfg.env.tasks[task]
     log.info(
-        "evaluating %s at %d frames: %d games on %d envs (%s actions)",
+        "evaluating %s at %d frames: %d games on %d envs (%s actions, threads=%d)",
         game,
         frames,
         e.episodes,
         min(e.num_envs, e.episodes),
         "greedy" if e.greedy else "sampled",
+        threads,
     )
-    with _torch_threads(cfg.runtime.actor_threads):
-        evaluation = evaluate(
-            model,
-            dataclasses.asdict(cfg.env.task(task)),
-            episodes=e.episodes,
-            num_envs=e.num_envs,
-            seed=eval_seed(cfg.seed),
-            greedy=e.greedy,
-            reward_clip=cfg.vtrace.reward_clip,
-            device=next(model.parameters()).device,
-            video_dir=Path(run_dir) / VIDEO_DIRNAME if e.video else None,
-            video_name=f"{game}_{frames:012d}",
-            task=task,
-            should_stop=should_stop,
-        )
+    evaluation = evaluate(
+        model,
+        dataclasses.asdict(cfg.env.task(task)),
+        episodes=e.episodes,
+        num_envs=e.num_envs,
+        seed=eval_seed(cfg.seed),
+        greedy=e.greedy,
+        reward_clip=cfg.vtrace.reward_clip,
+        device=next(model.parameters()).device,
+        video_dir=Path(run_dir) / VIDEO_DIRNAME if e.video else None,
+        video_name=f"{game}_{frames:012d}",
+        task=task,
+        should_stop=should_stop,
+        threads=threads,
+    )
     record = EvalRecord.of(evaluation, cfg, frames, checkpoint_path, task)
     results = results_dir(run_dir, cfg, task)
     try:
@@ -154,18 +155,6 @@ def _evaluate_game(
         videos = {VIDEO_KEY: evaluation.video} if evaluation.video is not None else {}
         logger.write(eval_metrics(evaluation, frames, game if cfg.env.games else None), videos)
     return evaluation
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    """Run with ``threads`` intra-op threads (evaluation acts like an actor: small batches, for
-    which more threads mostly wait on each other), then restore the caller's setting."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -210,7 +199,9 @@ def evaluate_checkpoint(cfg: Config) -> list[Evaluation]:
     model.to(train_cfg.torch_device)
     frames = int(state.get("frames", 0))
     run_dir = checkpoint_run_dir(path)
-    evaluations = evaluate_run(model, train_cfg, run_dir, frames, str(path), logger=None)
+    evaluations = evaluate_run(
+        model, train_cfg, run_dir, frames, str(path), logger=None, threads=usable_cpus()
+    )
     for task, evaluation in enumerate(evaluations):
         print(format_result(evaluation, train_cfg, frames, path, task), flush=True)
         print(f"  results: {results_dir(run_dir, train_cfg, task) / EVAL_FILE}", flush=True)

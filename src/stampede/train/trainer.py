@@ -23,6 +23,7 @@ import torch
 
 from stampede.algo.popart import PopArt
 from stampede.config.models import model_factory
+from stampede.config.runtime import usable_cpus
 from stampede.config.schema import Config
 from stampede.envs import env_spec
 from stampede.envs.settings import env_tasks
@@ -192,7 +193,8 @@ class Trainer:
             pool.stop()
             try:  # the final evaluation logs its metrics, so it runs before the logger closes
                 if completed and cfg.eval.at_end:  # once: not again on a finished run's restart
-                    completed = self._evaluate(path, logger, again=False)
+                    # The actors have stopped: evaluation has the CPUs to itself.
+                    completed = self._evaluate(path, logger, usable_cpus(), again=False)
             finally:
                 logger.close()
                 for s, handler in previous.items():
@@ -250,7 +252,7 @@ class Trainer:
                     last_checkpoint = time.monotonic()
                 every, frames = cfg.eval.every_frames, progress.frames
                 if every and frames // every > (frames - self.frames_per_update) // every:
-                    self._evaluate(None, logger)
+                    self._evaluate(None, logger, cfg.runtime.actor_threads)
 
     def _line_due(self, window: Window) -> bool:
         """Whether the metric line of ``window`` is written now (the run's last update: always)."""
@@ -278,10 +280,13 @@ class Trainer:
         games = self.game_frames.of(tasks) if self.games else None
         logger.write_episodes(self.progress.frames, self.elapsed_s, returns, lengths, games)
 
-    def _evaluate(self, path: Path | None, logger: MetricLogger, again: bool = True) -> bool:
-        """Evaluate the learner's policy with ``cfg.eval`` (rank 0): eval.json in the run dir,
-        ``eval/*`` to every sink of ``logger`` (see `evaluate_run` for ``again``). False where a
-        stop signal came first: the evaluation is abandoned, to be played when the run resumes."""
+    def _evaluate(
+        self, path: Path | None, logger: MetricLogger, threads: int, again: bool = True
+    ) -> bool:
+        """Evaluate the learner's policy with ``cfg.eval`` (rank 0) on ``threads`` threads:
+        eval.json in the run dir, ``eval/*`` to every sink of ``logger`` (see `evaluate_run` for
+        ``again``). False where a stop signal came first: the evaluation is abandoned, to be
+        played when the run resumes."""
         if not self.rank.is_main:
             return True
         from stampede.eval.protocol import EvalStopped
@@ -298,6 +303,7 @@ class Trainer:
                 logger,
                 again,
                 should_stop=lambda: self.stop_signal is not None,
+                threads=threads,
             )
         except EvalStopped:
             assert self.stop_signal is not None

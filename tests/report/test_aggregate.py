@@ -3,6 +3,7 @@ profile, and the Atari-5 prediction of the 57-game median (checked against the I
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,21 @@ def test_intervals_hold_the_point_and_shrink_to_it_with_one_seed() -> None:
     assert all(i.low == pytest.approx(i.point) == pytest.approx(i.high) for i in single.values())
 
 
+def test_the_task_bootstrap_resamples_the_games() -> None:
+    """With one seed per game only the games can be resampled: the interval spans the spread
+    of the games' HNS; with seeds it is wider than the seeds' own (stratified) interval."""
+    single = table_from_scores(PPO)
+    hns = aggregate.seed_matrix(single)[0]
+    found = aggregate.intervals(single, reps=500, task_bootstrap=True)
+    for name, interval in found.items():
+        assert hns.min() <= interval.low < interval.point < interval.high <= hns.max(), name
+    seeds = table_from_scores(_three_seeds(PPO))
+    stratified = aggregate.intervals(seeds, reps=500)["mean"]
+    over_games = aggregate.intervals(seeds, reps=500, task_bootstrap=True)["mean"]
+    assert over_games.point == pytest.approx(stratified.point)
+    assert over_games.high - over_games.low > 2 * (stratified.high - stratified.low)
+
+
 def test_unequal_seeds_use_the_fewest_and_say_so() -> None:
     scores: dict[str, list[float]] = {"pong": [1.0, 2.0, 3.0], "breakout": [10.0]}
     with pytest.warns(UserWarning, match="1 seed\\(s\\) per game.*pong"):
@@ -85,7 +101,7 @@ def test_report_prints_the_intervals_and_the_prediction_and_draws_the_profile(
     profile = tmp_path / "profile.png"
     assert cli([str(tmp_path / "sweep"), "--reps", "300", "--profile", str(profile)]) == 0
     out = capsys.readouterr().out
-    assert "rliable, 5 games x 3 seed(s), stratified bootstrap 95% intervals:" in out
+    assert "rliable, 5 games x 3 seed(s), 95% intervals from the stratified bootstrap" in out
     assert "  IQM    HNS " in out
     table = table_from_scores(_three_seeds(PPO))
     predicted = aggregate.atari5_median({r.game: r.hns for r in table.rows})
@@ -93,6 +109,21 @@ def test_report_prints_the_intervals_and_the_prediction_and_draws_the_profile(
     assert f"Atari-5 predicted 57-game median HNS: {100 * predicted:.1f}%" in out
     assert "its 57-game median is 191.8%" in out
     assert profile.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_with_one_seed_per_game_resamples_the_games(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for game, score in PPO.items():
+        write_json(tmp_path / "sweep" / game / "eval.json", eval_record(game, 1, score))
+    assert cli([str(tmp_path / "sweep"), "--reps", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "5 games x 1 seed(s), 95% intervals from the task bootstrap (games resampled" in out
+    iqm = next(line for line in out.splitlines() if line.startswith("  IQM"))
+    found = re.search(r"HNS (-?[0-9.]+)% \[(-?[0-9.]+), (-?[0-9.]+)\]", iqm)
+    assert found is not None, iqm
+    point, low, high = (float(x) for x in found.groups())
+    assert low < point < high
 
 
 def test_report_refuses_a_bad_number_of_resamples(

@@ -4,8 +4,10 @@ and the Atari-5 prediction of the 57-game median.
 - ``intervals``: the interquartile mean, median and mean of human-normalised scores with
   stratified-bootstrap 95% confidence intervals (runs resampled within each game), computed by
   ``rliable`` (Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical
-  Precipice", arXiv 2108.13264). With one seed per game the bootstrap has nothing to resample:
-  the interval is the point itself, and the report says so.
+  Precipice", arXiv 2108.13264). With ``task_bootstrap`` the games are resampled as well
+  (rliable's task bootstrap): the interval then says how much the aggregate depends on which
+  games were run, not only on the seeds. With one seed per game the stratified bootstrap has
+  nothing to resample (its interval is the point itself), so the report uses the task bootstrap.
 - ``profile_figure``: rliable's performance profile, the fraction of runs whose HNS exceeds
   each threshold tau, for our runs and for the IMPALA paper's scores on the same games.
 - ``atari5_median``: Aitchison, Sweetser and Hutter's Atari-5 (ICML 2023, arXiv 2210.02019)
@@ -79,9 +81,12 @@ def _hns(row: GameRow, score: float) -> float:
     return (score - row.random) / (row.human - row.random)
 
 
-def intervals(table: Table, reps: int = 10_000, seed: int = 0) -> dict[str, Interval]:
+def intervals(
+    table: Table, reps: int = 10_000, seed: int = 0, task_bootstrap: bool = False
+) -> dict[str, Interval]:
     """IQM, median and mean of the table's HNS over games and seeds, each with its
-    stratified-bootstrap 95% interval from ``reps`` resamples (rliable)."""
+    stratified-bootstrap 95% interval from ``reps`` resamples (rliable); ``task_bootstrap``
+    resamples the games too."""
     from rliable import library, metrics
 
     scores = {"ours": seed_matrix(table)}
@@ -96,6 +101,7 @@ def intervals(table: Table, reps: int = 10_000, seed: int = 0) -> dict[str, Inte
             points, cis = library.get_interval_estimates(
                 scores,
                 lambda x, f=function: np.array([f(x)]),
+                task_bootstrap=task_bootstrap,
                 reps=reps,
                 confidence_interval_size=CONFIDENCE,
                 random_state=np.random.RandomState(seed),
@@ -113,9 +119,10 @@ def _quiet_bootstrap() -> Iterator[None]:
         yield
 
 
-def profile_figure(table: Table, reps: int = 2_000) -> Figure:
+def profile_figure(table: Table, reps: int = 2_000, task_bootstrap: bool = False) -> Figure:
     """rliable's performance profile of our runs beside the IMPALA paper's scores on the same
-    games: for each tau, the fraction of runs with HNS above tau, with 95% bands for ours."""
+    games: for each tau, the fraction of runs with HNS above tau, with 95% bands for ours
+    (``task_bootstrap``: the games resampled too)."""
     from rliable import library, plot_utils
 
     ours = seed_matrix(table)
@@ -125,7 +132,7 @@ def profile_figure(table: Table, reps: int = 2_000) -> Figure:
     label = "IMPALA paper (deep, 200M frames)"
     with _quiet_bootstrap():
         profiles, cis = library.create_performance_profile(
-            {"ours": ours, label: paper}, taus, reps=reps
+            {"ours": ours, label: paper}, taus, task_bootstrap=task_bootstrap, reps=reps
         )
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
@@ -139,7 +146,8 @@ def profile_figure(table: Table, reps: int = 2_000) -> Figure:
         ax=ax,
     )
     lines = ax.get_lines()[:2]  # in the order of the profiles: ours, the paper's
-    ours_label = f"ours ({ours.shape[0]} seed(s) x {ours.shape[1]} games, 95% band)"
+    band = "95% band, games resampled" if task_bootstrap else "95% band"
+    ours_label = f"ours ({ours.shape[0]} seed(s) x {ours.shape[1]} games, {band})"
     ax.legend(lines, [ours_label, label], loc="upper right")
     ax.set_title("performance profile (rliable)")
     return fig
@@ -156,17 +164,29 @@ def atari5_median(hns_by_game: Mapping[str, float]) -> float | None:
     return (10**log_median - 1) / 100
 
 
-def summary_lines(table: Table, reps: int = 10_000) -> list[str]:
+def uses_task_bootstrap(table: Table, asked: bool) -> bool:
+    """Whether the intervals resample the games: when asked, and always with one seed per game
+    (the stratified bootstrap would have no runs to resample)."""
+    return asked or min(row.n_seeds for row in table.rows) == 1
+
+
+def summary_lines(table: Table, reps: int = 10_000, task_bootstrap: bool = False) -> list[str]:
     """The lines ``stampede-report`` prints under the table: the interval estimates, and the
     Atari-5 prediction beside the paper's when the five games are present."""
     lines = []
     runs = min(row.n_seeds for row in table.rows)
-    note = "" if runs > 1 else "; one seed per game: the intervals are points, run more seeds"
+    over_games = uses_task_bootstrap(table, task_bootstrap)
+    if not over_games:
+        how = "stratified bootstrap (seeds resampled within each game)"
+    elif runs > 1:
+        how = "task bootstrap (games and seeds resampled)"
+    else:
+        how = "task bootstrap (games resampled; one seed per game leaves no seeds to resample)"
     lines.append(
-        f"rliable, {table.n_games} games x {runs} seed(s), stratified bootstrap "
-        f"{100 * CONFIDENCE:.0f}% intervals{note}:"
+        f"rliable, {table.n_games} games x {runs} seed(s), {100 * CONFIDENCE:.0f}% intervals "
+        f"from the {how}:"
     )
-    for name, interval in intervals(table, reps).items():
+    for name, interval in intervals(table, reps, task_bootstrap=over_games).items():
         lines.append(f"  {name:<6} HNS {interval.percent()}")
     ours = atari5_median({row.game: row.hns for row in table.rows})
     if ours is not None:
@@ -186,8 +206,8 @@ def paper_median() -> float:
     return float(np.median([ref.hns(ref.impala_deep) for ref in reference]))
 
 
-def write_profile(table: Table, path: str | Path) -> Path:
-    """The performance profile figure as a PNG."""
-    fig = profile_figure(table)
+def write_profile(table: Table, path: str | Path, task_bootstrap: bool = False) -> Path:
+    """The performance profile figure as a PNG (bands as in ``summary_lines``)."""
+    fig = profile_figure(table, task_bootstrap=uses_task_bootstrap(table, task_bootstrap))
     fig.savefig(path, dpi=110)
     return Path(path)

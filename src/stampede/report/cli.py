@@ -10,6 +10,7 @@ import argparse
 import sys
 import warnings
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
@@ -44,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
         help="bootstrap resamples of the interval estimates (default 10000)",
     )
     parser.add_argument(
+        "--task-bootstrap",
+        action="store_true",
+        help="resample the games as well as the seeds (rliable's task bootstrap): how much the "
+        "aggregates depend on which games were run; always used with one seed per game",
+    )
+    parser.add_argument(
         "--dqn-zoo-random",
         action="store_true",
         help="use the DQN Zoo random scores unchanged (video_pinball random = 16256.9) "
@@ -74,16 +81,17 @@ def cli(argv: list[str] | None = None) -> int:
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        lines = aggregate.summary_lines(table, args.reps)
+        lines = aggregate.summary_lines(table, args.reps, args.task_bootstrap)
     skipped += [str(w.message) for w in caught]
     for message in skipped:
         print(f"stampede-report: warning: {message}", file=sys.stderr)
     print(format_text(table), end="")
     print("\n".join(lines))
+    profile = partial(aggregate.write_profile, task_bootstrap=args.task_bootstrap)
     for option, path, write in (
         ("--csv", args.csv, write_csv),
         ("--markdown", args.markdown, write_markdown),
-        ("--profile", args.profile, aggregate.write_profile),
+        ("--profile", args.profile, profile),
     ):
         if path is not None:
             try:

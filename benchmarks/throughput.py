@@ -41,7 +41,7 @@ from stampede.config.compose import load_config
 from stampede.config.models import model_factory
 from stampede.config.schema import Config
 from stampede.envs import env_spec, make_vec_env
-from stampede.rundir.files import read_metrics
+from stampede.rundir.files import METRICS_FILE, read_metrics
 from stampede.train.buffers import rollout_spec
 from stampede.train.learner import Learner
 from stampede.train.trainer import Trainer
@@ -149,17 +149,31 @@ class LoopResult:
     gpu_mib: float  # the learner process's peak GPU memory (0 on the CPU)
 
 
+STARTUP_LINES = 2  # metric lines of the loop's start-up, left out of the figures
+
+
+def _stop_after_startup(trainer: Trainer, metrics: Path, seconds: float) -> None:
+    """Stop ``trainer`` ``seconds`` after its first STARTUP_LINES metric lines, so that a slow
+    start does not eat the measurement (on a 16-CPU H200 node, spawning 14 actors and the first
+    CUDA updates took about 35 s)."""
+    while not metrics.exists() or len(metrics.read_bytes().splitlines()) < STARTUP_LINES:
+        time.sleep(0.2)
+    time.sleep(seconds)
+    trainer.request_stop()
+
+
 def full_loop(cfg: Config, seconds: float) -> LoopResult:
-    """The real training loop for ``seconds``: frames/s and time budgets from its own metric
-    lines after the first two (start-up), the last one (the stop) left out too."""
+    """The real training loop for ``seconds`` after its start-up: frames/s and time budgets from
+    its own metric lines after the start-up's, the last one (the stop) left out too."""
     device = cfg.torch_device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp))
-        threading.Timer(seconds, trainer.request_stop).start()
+        watch = (trainer, Path(tmp) / METRICS_FILE, seconds)
+        threading.Thread(target=_stop_after_startup, args=watch, daemon=True).start()
         trainer.train()
-        rows = read_metrics(Path(tmp))[2:-1]
+        rows = read_metrics(Path(tmp))[STARTUP_LINES:-1]
     if not rows:
         raise SystemExit("bench: the full loop logged too few lines; raise --seconds")
     budget = {

@@ -8,6 +8,7 @@ the GPU, parameters published through CUDA IPC) trains, checkpoints and resumes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -44,43 +45,62 @@ def _batch() -> dict[str, torch.Tensor]:
     }
 
 
-def _updated(device: str) -> tuple[list[torch.Tensor], dict[str, float]]:
+# TF1-style RMSProp starts its mean square at 1, so its first steps are about lr * gradient: float
+# rounding in the gradient (cuDNN's TF32 convolutions on CUDA, bf16) stays rounding in the step.
+# Adam's first step is about lr * sign(gradient), which turns rounding in a near-zero gradient into
+# a step of 2 lr the other way (seen on an H200: 5.5% of a conv weight's elements 2.2e-3 apart).
+LINEAR_STEP = OptimConfig(
+    name="rmsprop", lr=1e-3, eps=0.01, anneal_lr=False, epochs=2, minibatches=1
+)
+
+
+def _updated(
+    device: str, precision: str = "fp32"
+) -> tuple[list[torch.Tensor], torch.Tensor, dict[str, float]]:
+    """The parameters after one update (2 passes) of a seeded AtariNet on `_batch`, the change
+    that update made to all parameters as one vector, and the update's metrics."""
     torch.manual_seed(0)
     model = AtariNet((4, 84, 84), A).to(device)
-    optim = OptimConfig(name="adam", lr=1e-3, anneal_lr=False, epochs=2, minibatches=1)
-    learner = Learner(model, VTraceConfig(), optim, total_frames=10_000)
+    before = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
+    learner = Learner(model, VTraceConfig(), LINEAR_STEP, 10_000, precision=precision)
     metrics = learner.update({k: v.to(device) for k, v in _batch().items()}, frames=0)
-    return [p.detach().cpu() for p in model.parameters()], metrics
+    after = [p.detach().cpu() for p in model.parameters()]
+    return after, torch.cat([p.flatten() for p in after]) - before, metrics
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.nn.functional.cosine_similarity(a, b, dim=0).item()
 
 
 def test_learner_update_on_cuda_matches_cpu() -> None:
-    on_cpu, cpu_metrics = _updated("cpu")
-    on_cuda, cuda_metrics = _updated("cuda")
+    """Up to the rounding of cuDNN's TF32 convolutions (torch's default on CUDA): on an H200 50
+    of 663,552 elements of the FC layer were more than 1e-5 apart, the largest 2.7e-5."""
+    on_cpu, cpu_step, cpu_metrics = _updated("cpu")
+    on_cuda, cuda_step, cuda_metrics = _updated("cuda")
     for a, b in zip(on_cpu, on_cuda, strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5)
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4)  # steps reach 3.5e-3
+    assert _cosine(cuda_step, cpu_step) > 0.999
     assert cuda_metrics["loss/total"] == pytest.approx(cpu_metrics["loss/total"], rel=1e-3)
 
 
 def test_bf16_update_on_cuda_is_close_to_fp32() -> None:
-    def updated(precision: str) -> tuple[AtariNet, dict[str, float]]:
-        torch.manual_seed(0)
-        model = AtariNet((4, 84, 84), A).to("cuda")
-        optim = OptimConfig(name="adam", lr=1e-3, anneal_lr=False)
-        learner = Learner(model, VTraceConfig(), optim, 10_000, precision=precision)
-        return model, learner.update({k: v.cuda() for k, v in _batch().items()}, frames=0)
-
-    (fp32, expected), (bf16, metrics) = updated("fp32"), updated("bf16")
+    """bf16 autocast keeps fp32 parameters and moves them the way fp32 does (on this project's
+    CPU the same check gives a cosine of 0.9992 and a step norm 0.1% apart)."""
+    _, fp32_step, expected = _updated("cuda", "fp32")
+    bf16, bf16_step, metrics = _updated("cuda", "bf16")
     assert metrics["loss/total"] == pytest.approx(expected["loss/total"], rel=0.05, abs=0.05)
-    assert all(p.dtype == torch.float32 for p in bf16.parameters())
-    for a, b in zip(fp32.parameters(), bf16.parameters(), strict=True):
-        torch.testing.assert_close(b, a, rtol=0.05, atol=1e-3)
+    assert all(p.dtype == torch.float32 for p in bf16)
+    assert _cosine(bf16_step, fp32_step) > 0.99
+    assert bf16_step.norm().item() == pytest.approx(fp32_step.norm().item(), rel=0.05)
 
 
 def test_a_nonfinite_update_on_cuda_changes_nothing() -> None:
-    """torch Adam keeps its step counts on the CPU for CUDA parameters: put back after the read."""
+    """torch Adam keeps its step counts on the CPU for CUDA parameters: put back after the read.
+    One minibatch per pass, so the bad trajectory is in the first step (with several, the steps
+    on minibatches before it are kept: tests/train/test_learner.py)."""
     torch.manual_seed(0)
     model = AtariNet((4, 84, 84), A).to("cuda")
-    optim = OptimConfig(name="adam", lr=1e-3, anneal_lr=False, epochs=2)
+    optim = OptimConfig(name="adam", lr=1e-3, anneal_lr=False, epochs=2, minibatches=1)
     learner = Learner(model, VTraceConfig(), optim, total_frames=10_000)
     learner.update({k: v.cuda() for k, v in _batch().items()}, frames=0)
     state = learner.optimizer.state
@@ -251,7 +271,8 @@ def test_central_inference_on_cuda_trains_and_only_learner_and_server_hold_the_g
         server = int(re.findall(r"inference server started \(pid (\d+)\)", log)[0])
         pids = _gpu_pids()
         if pids is not None:  # inside some containers nvidia-smi lists no pids at all
-            assert pids <= {proc.pid, server}, pids
+            # This test's own process holds a context too once an earlier test used CUDA.
+            assert pids - {os.getpid()} <= {proc.pid, server}, pids
         last = json.loads(metrics.read_text().splitlines()[-1])
         assert last["inference/batch_mean"] > 4  # more than one group per forward
     finally:

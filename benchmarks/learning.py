@@ -12,10 +12,16 @@ it was when the command is run again, and a finished run is only reported. Then 
 
 - ``<game>_<label>.csv``: frames, training seconds, games, mean return of the last 100 games;
 - ``<game>.png``: that curve beside the other labels' curves of the same game in ``--out``;
+- ``runs/<label>/<game>[/seed<k>]/``: the run's record of games (``episodes.jsonl``) and, where
+  present, its evaluation (``eval.json``) and resolved config (Pong's 10M frames: 1,500 games,
+  160 KB), so that a fresh clone still reports the run after its run directory is gone, and
+  ``stampede-report docs/learning/runs/...`` aggregates the evaluations;
 
 and prints the frames and wall time at which the mean of the last 100 games first reached each
-``--threshold``, and the final mean. Extra Hydra overrides after ``--`` go to ``run.py`` (for
-example ``+experiment=impala_paper --label paper``).
+``--threshold``, and the final mean. A run whose directory has no games is read from that
+archive, else from its CSV (one row per 50,000 frames: crossings to that resolution). Extra
+Hydra overrides after ``--`` go to ``run.py`` (for example ``+experiment=impala_paper --label
+paper``).
 
 ``--seeds N`` trains seeds 1..N one after the other (``seed=<k>``, run directories
 ``runs/learn/<label>/<game>/seed<k>``, curves ``<game>_<label>_seed<k>.csv``), prints each seed's
@@ -38,6 +44,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,8 +53,10 @@ import numpy as np
 
 from stampede.report import curves as learning_curve
 from stampede.report.curves import LearningCurve
+from stampede.rundir.files import CONFIG_FILE, EPISODES_FILE, EVAL_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
+ARCHIVED = (EPISODES_FILE, EVAL_FILE, CONFIG_FILE)  # what docs/ keeps of a run
 
 
 def _train(run_dir: Path, games: list[str], frames: int, overrides: list[str]) -> None:
@@ -81,6 +90,30 @@ def _read_csv(path: Path) -> LearningCurve:
         mean_return=np.array([float(r[column]) if r[column] else math.nan for r in rows]),
         window=int(column.removeprefix("mean_return_last") or learning_curve.WINDOW),
     )
+
+
+def _archive(run_dir: Path, archive: Path) -> None:
+    """Copy the run's `ARCHIVED` files that exist to ``archive`` (unless it is the run itself)."""
+    if run_dir.resolve() == archive.resolve():
+        return
+    archive.mkdir(parents=True, exist_ok=True)
+    for name in ARCHIVED:
+        if (run_dir / name).exists():
+            shutil.copyfile(run_dir / name, archive / name)
+
+
+def _curve(
+    run_dir: Path, archive: Path, csv_path: Path, game: str | None
+) -> tuple[LearningCurve, Path | None]:
+    """A run's curve and where it was read from: its run directory, else its archive in docs/,
+    else its CSV there; None: no games anywhere (an empty curve)."""
+    for source in (run_dir, archive):
+        curve = learning_curve.from_run(source, game=game)
+        if len(curve.frames):
+            return curve, source
+    if csv_path.exists():
+        return _read_csv(csv_path), csv_path
+    return curve, None
 
 
 def _random_score(game: str) -> float | None:
@@ -133,25 +166,35 @@ def main(argv: list[str] | None = None) -> int:
     label = args.label or ("defaults" if len(games) == 1 else "multitask")
     base = args.run_dir or ROOT / "runs" / "learn" / label / "+".join(games)
     runs = {k: base / f"seed{k}" for k in range(1, args.seeds + 1)} if args.seeds else {0: base}
+    kept = args.out / "runs" / label / "+".join(games)
+    archives = {k: kept / f"seed{k}" if k else kept for k in runs}
     if not args.report_only:
         for seed, run_dir in runs.items():
             _train(run_dir, games, args.frames, [*args.overrides, *([f"seed={seed}"] * bool(seed))])
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     status = 0
     for game in games:
-        curves = {}
+        curves, sources = {}, {}
         for seed, run_dir in runs.items():
-            curve = learning_curve.from_run(run_dir, game=game if len(games) > 1 else None)
-            if len(curve.frames):
-                curves[seed] = curve
-            else:
+            suffix = f"_seed{seed}" if seed else ""
+            curve, source = _curve(
+                run_dir,
+                archives[seed],
+                args.out / f"{game}_{label}{suffix}.csv",
+                game if len(games) > 1 else None,
+            )
+            if source is None:
                 print(f"learning: {run_dir} has no finished games of {game}", file=sys.stderr)
                 status = 1
+                continue
+            if source == run_dir:
+                _archive(run_dir, archives[seed])
+            curves[seed], sources[seed] = curve, source
         thresholds = args.threshold
         if thresholds is None:
             thresholds = [0.0, 10.0, 18.0] if game == "pong" else []
         if curves:
-            _report(game, label, curves, thresholds, runs, args.out)
+            _report(game, label, curves, thresholds, sources, args.out)
     return status
 
 
@@ -160,16 +203,17 @@ def _report(
     label: str,
     curves: dict[int, LearningCurve],
     thresholds: list[float],
-    runs: dict[int, Path],
+    sources: dict[int, Path],
     out: Path,
 ) -> None:
     """Write each seed's curve and the plot (beside the other labels' curves of the game), print
-    each seed's figures and, for several seeds, their mean and spread. Seed 0: a single run."""
+    each seed's figures and, for several seeds, their mean and spread. Seed 0: a single run;
+    ``sources``: where each seed's curve was read from."""
     written = []
     for seed, curve in curves.items():
         suffix = f"_seed{seed}" if seed else ""
         written.append(learning_curve.write_csv(curve, out / f"{game}_{label}{suffix}.csv"))
-        where = f"{game}{f' seed {seed}' if seed else ''} in {runs[seed]}"
+        where = f"{game}{f' seed {seed}' if seed else ''} in {sources[seed]}"
         print(
             f"{where} ({int(curve.frames[-1]):,} frames of {game}, {len(curve.frames):,} games, "
             f"{curve.elapsed_s[-1] / 60:.1f} min of training)"

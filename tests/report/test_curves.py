@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,34 @@ def test_benchmark_reports_a_run_and_writes_docs(tmp_path: Path) -> None:
     assert "final mean of last 100: 21.00" in proc.stdout
     assert (out / "pong_test.csv").exists()
     assert (out / "pong.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_report_keeps_the_run_in_docs_and_reads_it_back_once_the_run_is_gone(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    _write_episodes(run_dir, [-21.0] * 100 + [21.0] * 100)
+    (run_dir / "eval.json").write_text('{"game": "pong", "mean_return": 21.0}')
+    (run_dir / "run.log").write_text("not kept")
+    out = tmp_path / "docs"
+    args = ("--report-only", "--game=pong", f"--run-dir={run_dir}", f"--out={out}", "--label=test")
+    assert _learning(*args).returncode == 0
+    kept = out / "runs" / "test" / "pong"
+    assert sorted(p.name for p in kept.iterdir()) == ["episodes.jsonl", "eval.json"]
+    assert (kept / "episodes.jsonl").read_bytes() == (run_dir / "episodes.jsonl").read_bytes()
+
+    shutil.rmtree(run_dir)  # a fresh clone: the run directory is gone, docs/ holds its games
+    again = _learning(*args)
+    assert again.returncode == 0, again.stderr
+    assert f"pong in {kept} (200,000 frames of pong, 200 games" in again.stdout
+    assert "mean of last 100 >= 0: 150,000 frames, 5.0 min" in again.stdout
+
+    shutil.rmtree(kept)  # only the CSV is left: one row per 50,000 frames
+    from_csv = _learning(*args)
+    assert from_csv.returncode == 0, from_csv.stderr
+    assert f"pong in {out / 'pong_test.csv'}" in from_csv.stdout
+    assert "mean of last 100 >= 0: 150,000 frames" in from_csv.stdout
+    assert "final mean of last 100: 21.00" in from_csv.stdout
 
 
 def test_benchmark_says_when_a_run_has_no_games(tmp_path: Path) -> None:

@@ -213,10 +213,12 @@ def _report(
     for seed, curve in curves.items():
         suffix = f"_seed{seed}" if seed else ""
         written.append(learning_curve.write_csv(curve, out / f"{game}_{label}{suffix}.csv"))
-        where = f"{game}{f' seed {seed}' if seed else ''} in {sources[seed]}"
+        source = sources[seed]
+        where = f"{game}{f' seed {seed}' if seed else ''} in {_shown(source)}"
+        coarse = ", crossings to its 50,000-frame rows" if source.suffix == ".csv" else ""
         print(
-            f"{where} ({int(curve.frames[-1]):,} frames of {game}, {len(curve.frames):,} games, "
-            f"{curve.elapsed_s[-1] / 60:.1f} min of training)"
+            f"{where} ({int(curve.frames[-1]):,} frames of {game}, {int(curve.games[-1]):,} "
+            f"games, {curve.elapsed_s[-1] / 60:.1f} min of training{coarse})"
         )
         for c in learning_curve.crossings(curve, thresholds):
             reached = (
@@ -240,7 +242,12 @@ def _report(
     png_path = out / f"{game}.png"
     fig.savefig(png_path, dpi=110)
     for path in (*written, png_path):
-        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        print(f"wrote {_shown(path)}")
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the repository where it is inside it."""
+    return path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
 
 
 def _print_spread(curves: list[LearningCurve], thresholds: list[float]) -> None:

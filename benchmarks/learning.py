@@ -116,6 +116,11 @@ def _curve(
     return curve, None
 
 
+def _csv_path(out: Path, game: str, label: str, seed: int) -> Path:
+    """Where a run's curve goes in ``out`` (seed 0: a single run)."""
+    return out / f"{game}_{label}{f'_seed{seed}' if seed else ''}.csv"
+
+
 def _random_score(game: str) -> float | None:
     from stampede.report.hns import load_reference
 
@@ -171,24 +176,22 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         for seed, run_dir in runs.items():
             _train(run_dir, games, args.frames, [*args.overrides, *([f"seed={seed}"] * bool(seed))])
+    for seed, run_dir in runs.items():  # once per run, a multi-task run's games together
+        if (run_dir / EPISODES_FILE).exists():
+            _archive(run_dir, archives[seed])
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     status = 0
     for game in games:
         curves, sources = {}, {}
         for seed, run_dir in runs.items():
-            suffix = f"_seed{seed}" if seed else ""
+            csv_path = _csv_path(args.out, game, label, seed)
             curve, source = _curve(
-                run_dir,
-                archives[seed],
-                args.out / f"{game}_{label}{suffix}.csv",
-                game if len(games) > 1 else None,
+                run_dir, archives[seed], csv_path, game if len(games) > 1 else None
             )
             if source is None:
                 print(f"learning: {run_dir} has no finished games of {game}", file=sys.stderr)
                 status = 1
                 continue
-            if source == run_dir:
-                _archive(run_dir, archives[seed])
             curves[seed], sources[seed] = curve, source
         thresholds = args.threshold
         if thresholds is None:
@@ -211,8 +214,7 @@ def _report(
     ``sources``: where each seed's curve was read from."""
     written = []
     for seed, curve in curves.items():
-        suffix = f"_seed{seed}" if seed else ""
-        written.append(learning_curve.write_csv(curve, out / f"{game}_{label}{suffix}.csv"))
+        written.append(learning_curve.write_csv(curve, _csv_path(out, game, label, seed)))
         source = sources[seed]
         where = f"{game}{f' seed {seed}' if seed else ''} in {_shown(source)}"
         coarse = ", crossings to its 50,000-frame rows" if source.suffix == ".csv" else ""

@@ -173,6 +173,19 @@ def test_a_report_keeps_the_run_in_docs_and_reads_it_back_once_the_run_is_gone(
     assert "final mean of last 100: 21.00" in from_csv.stdout
 
 
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the project's git checkout")
+def test_git_keeps_the_runs_that_docs_keep() -> None:
+    """docs/learning/runs/ is where a new clone finds past results; .gitignore must not drop it."""
+
+    def ignored(path: str) -> bool:
+        check = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
+        return check.returncode == 0
+
+    for kept in ("docs/learning/runs/defaults/pong/seed2/eval.json", "docs/learning/pong.csv"):
+        assert not ignored(kept), f"{kept} is ignored by git"
+    assert ignored("runs/x/eval.json"), "the scratch run directory runs/ must stay ignored"
+
+
 def test_benchmark_says_when_a_run_has_no_games(tmp_path: Path) -> None:
     proc = _learning(
         "--report-only",

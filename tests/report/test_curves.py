@@ -178,7 +178,11 @@ def test_git_keeps_the_runs_that_docs_keep() -> None:
     """docs/learning/runs/ is where a new clone finds past results; .gitignore must not drop it."""
 
     def ignored(path: str) -> bool:
-        check = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
+        check = subprocess.run(
+            ["git", "check-ignore", "-q", path], cwd=ROOT, capture_output=True, text=True
+        )
+        if check.returncode not in (0, 1):  # 128: git cannot read this checkout (e.g. its owner)
+            pytest.skip(f"git check-ignore failed: {check.stderr.strip()}")
         return check.returncode == 0
 
     for kept in ("docs/learning/runs/defaults/pong/seed2/eval.json", "docs/learning/pong.csv"):

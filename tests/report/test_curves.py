@@ -173,7 +173,6 @@ def test_a_report_keeps_the_run_in_docs_and_reads_it_back_once_the_run_is_gone(
     assert "final mean of last 100: 21.00" in from_csv.stdout
 
 
-@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the project's git checkout")
 def test_git_keeps_the_runs_that_docs_keep() -> None:
     """docs/learning/runs/ is where a new clone finds past results; .gitignore must not drop it."""
 
@@ -181,7 +180,7 @@ def test_git_keeps_the_runs_that_docs_keep() -> None:
         check = subprocess.run(
             ["git", "check-ignore", "-q", path], cwd=ROOT, capture_output=True, text=True
         )
-        if check.returncode not in (0, 1):  # 128: git cannot read this checkout (e.g. its owner)
+        if check.returncode not in (0, 1):  # 128: no git checkout, or git may not read it
             pytest.skip(f"git check-ignore failed: {check.stderr.strip()}")
         return check.returncode == 0
 

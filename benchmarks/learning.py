@@ -15,13 +15,16 @@ it was when the command is run again, and a finished run is only reported. Then 
 - ``runs/<label>/<game>[/seed<k>]/``: the run's record of games (``episodes.jsonl``) and, where
   present, its evaluation (``eval.json``) and resolved config (Pong's 10M frames: 1,500 games,
   160 KB), so that a fresh clone still reports the run after its run directory is gone, and
-  ``stampede-report docs/learning/runs/...`` aggregates the evaluations;
+  ``stampede-report docs/learning/runs/...`` aggregates the evaluations; beside them
+  ``diagnostics.csv``, the medians of the learner's diagnostics per ``--diagnostics-every``
+  frames of its ``metrics.jsonl`` (`stampede.report.diagnostics`);
 
 and prints the frames and wall time at which the mean of the last 100 games first reached each
-``--threshold``, and the final mean. A run whose directory has no games is read from that
-archive, else from its CSV (one row per 50,000 frames: crossings to that resolution). Extra
-Hydra overrides after ``--`` go to ``run.py`` (for example ``+experiment=impala_paper --label
-paper``).
+``--threshold``, the final mean, and the table of diagnostics (entropy, explained variance, KL,
+advantage scale, reward density, ...: docs/learning.md reads a stall from them). A run whose
+directory has no games is read from that archive, else from its CSV (one row per 50,000 frames:
+crossings to that resolution). Extra Hydra overrides after ``--`` go to ``run.py`` (for example
+``+experiment=impala_paper --label paper``).
 
 ``--seeds N`` trains seeds 1..N one after the other (``seed=<k>``, run directories
 ``runs/learn/<label>/<game>/seed<k>``, curves ``<game>_<label>_seed<k>.csv``), prints each seed's
@@ -52,11 +55,13 @@ from pathlib import Path
 import numpy as np
 
 from stampede.report import curves as learning_curve
+from stampede.report import diagnostics
 from stampede.report.curves import LearningCurve
-from stampede.rundir.files import CONFIG_FILE, EPISODES_FILE, EVAL_FILE
+from stampede.rundir.files import CONFIG_FILE, EPISODES_FILE, EVAL_FILE, METRICS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
-ARCHIVED = (EPISODES_FILE, EVAL_FILE, CONFIG_FILE)  # what docs/ keeps of a run
+ARCHIVED = (EPISODES_FILE, EVAL_FILE, CONFIG_FILE)  # what docs/ keeps of a run, and:
+DIAGNOSTICS_CSV = "diagnostics.csv"  # the medians of its metrics.jsonl per stretch of frames
 
 
 def _train(run_dir: Path, games: list[str], frames: int, overrides: list[str]) -> None:
@@ -92,14 +97,31 @@ def _read_csv(path: Path) -> LearningCurve:
     )
 
 
-def _archive(run_dir: Path, archive: Path) -> None:
-    """Copy the run's `ARCHIVED` files that exist to ``archive`` (unless it is the run itself)."""
+def _archive(run_dir: Path, archive: Path, every_frames: int) -> None:
+    """Copy the run's `ARCHIVED` files that exist to ``archive`` and write its diagnostics there
+    (unless ``archive`` is the run itself)."""
     if run_dir.resolve() == archive.resolve():
         return
     archive.mkdir(parents=True, exist_ok=True)
     for name in ARCHIVED:
         if (run_dir / name).exists():
             shutil.copyfile(run_dir / name, archive / name)
+    if (run_dir / METRICS_FILE).exists():
+        diagnostics.write_csv(
+            diagnostics.from_run(run_dir, every_frames), archive / DIAGNOSTICS_CSV
+        )
+
+
+def _print_diagnostics(run_dir: Path, archive: Path, every_frames: int) -> None:
+    """The run's diagnostics table, from its ``metrics.jsonl``, else from its archive."""
+    if (run_dir / METRICS_FILE).exists():
+        table, source = diagnostics.from_run(run_dir, every_frames), run_dir / METRICS_FILE
+    elif (archive / DIAGNOSTICS_CSV).exists():
+        table, source = diagnostics.read_csv(archive / DIAGNOSTICS_CSV), archive / DIAGNOSTICS_CSV
+    else:
+        return
+    print(f"learning diagnostics, medians per stretch of frames ({_shown(source)}):")
+    print(diagnostics.to_markdown(table))
 
 
 def _curve(
@@ -162,11 +184,19 @@ def main(argv: list[str] | None = None) -> int:
         help="run directory (default runs/learn/<label>/<game>; with --seeds, its seed<k>/)",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "learning")
+    parser.add_argument(
+        "--diagnostics-every",
+        type=int,
+        default=1_000_000,
+        help="frames per column of the diagnostics table (default 1,000,000)",
+    )
     parser.add_argument("--report-only", action="store_true", help="do not train, only report")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for run.py (after --)")
     args = parser.parse_args(argv)
     if args.seeds < 0:
         parser.error(f"--seeds must be a positive number of seeds, got {args.seeds}")
+    if args.diagnostics_every < 1:
+        parser.error(f"--diagnostics-every must be >= 1 frame, got {args.diagnostics_every}")
     games = list(args.game)
     label = args.label or ("defaults" if len(games) == 1 else "multitask")
     base = args.run_dir or ROOT / "runs" / "learn" / label / "+".join(games)
@@ -178,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             _train(run_dir, games, args.frames, [*args.overrides, *([f"seed={seed}"] * bool(seed))])
     for seed, run_dir in runs.items():  # once per run, a multi-task run's games together
         if (run_dir / EPISODES_FILE).exists():
-            _archive(run_dir, archives[seed])
+            _archive(run_dir, archives[seed], args.diagnostics_every)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     status = 0
     for game in games:
@@ -198,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             thresholds = [0.0, 10.0, 18.0] if game == "pong" else []
         if curves:
             _report(game, label, curves, thresholds, sources, args.out)
+    for seed, run_dir in runs.items():  # one table per run: a multi-task run's games share it
+        _print_diagnostics(run_dir, archives[seed], args.diagnostics_every)
     return status
 
 

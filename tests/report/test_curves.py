@@ -173,6 +173,28 @@ def test_a_report_keeps_the_run_in_docs_and_reads_it_back_once_the_run_is_gone(
     assert "final mean of last 100: 21.00" in from_csv.stdout
 
 
+def test_a_report_prints_the_runs_diagnostics_and_keeps_them_in_docs(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _write_episodes(run_dir, [0.0] * 10)
+    with (run_dir / "metrics.jsonl").open("w") as f:
+        for frames, entropy in ((4_000, 1.5), (6_000, 0.5), (8_000, 2.5), (12_000, 0.25)):
+            f.write(json.dumps({"env/frames": frames, "learner/entropy": entropy}) + "\n")
+    out = tmp_path / "docs"
+    args = ("--report-only", "--game=pong", f"--run-dir={run_dir}", f"--out={out}", "--label=t")
+    proc = _learning(*args, "--diagnostics-every=10000")
+    assert proc.returncode == 0, proc.stderr
+    table = ["| frames | 0.01M | 0.012M |", "|---|---:|---:|", "| log lines | 3 | 1 |"]
+    assert "\n".join([*table, "| learner/entropy | 1.5 | 0.25 |"]) in proc.stdout
+    kept = out / "runs" / "t" / "pong" / "diagnostics.csv"
+    assert kept.exists()
+
+    shutil.rmtree(run_dir)  # a fresh clone: the table comes from docs/
+    again = _learning(*args)
+    assert again.returncode == 0, again.stderr
+    assert f"({kept})" in again.stdout
+    assert "\n".join([*table, "| learner/entropy | 1.5 | 0.25 |"]) in again.stdout
+
+
 def test_git_keeps_the_runs_that_docs_keep() -> None:
     """docs/learning/runs/ is where a new clone finds past results; .gitignore must not drop it."""
 

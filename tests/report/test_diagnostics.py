@@ -119,3 +119,10 @@ def test_a_run_without_metrics_has_no_stretches_and_a_bad_length_is_refused(
     assert len(diagnostics.from_run(tmp_path).end) == 0
     with pytest.raises(ValueError, match="every_frames must be >= 1, got 0"):
         diagnostics.from_run(tmp_path, every_frames=0)
+
+
+def test_a_last_stretch_just_past_a_round_number_is_told_from_it(tmp_path: Path) -> None:
+    """A run of 10M frames logs its last line at 10,002,432: its column must not read 10M twice."""
+    _write_metrics(tmp_path, [{"env/frames": 10_000_000}, {"env/frames": 10_002_432}])
+    header = diagnostics.to_markdown(diagnostics.from_run(tmp_path)).splitlines()[0]
+    assert header == "| frames | 10M | 10.002M |"

@@ -104,7 +104,7 @@ def read_csv(path: str | Path) -> Diagnostics:
 def to_markdown(diagnostics: Diagnostics) -> str:
     """A markdown table: a column per stretch (headed by its end, in millions of frames), a row
     per key; empty cells where a stretch has no value."""
-    ends = [f"{end / 1e6:.3g}M" for end in diagnostics.end]
+    ends = [f"{end / 1e6:.5g}M" for end in diagnostics.end]
     lines = [
         "| frames | " + " | ".join(ends) + " |",
         "|---|" + "---:|" * len(ends),

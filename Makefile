@@ -15,7 +15,7 @@ LABEL ?=
 SEEDS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-slurm lint format train bench learn clean
+.PHONY: help install test test-isa test-slow test-slurm lint format train bench learn clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-10s\033[0m %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ install: $(VENV)/.installed ## Create .venv (if missing) and install Stampede wi
 
 test: install ## Run the test suite (slow tests excluded)
 	$(PY) -m pytest $(ARGS)
+
+test-isa: install ## The numerics tests again with the CPU kernels capped below this CPU's ISA
+	scripts/test_limited_isa.sh $(ARGS)
 
 test-slow: install ## Run only the slow tests (learning to threshold, soak)
 	$(PY) -m pytest -m slow $(ARGS)

@@ -39,6 +39,7 @@ import torch.multiprocessing as mp
 
 from stampede.config.compose import load_config
 from stampede.config.models import model_factory
+from stampede.config.runtime import cpu_isa, cpu_name
 from stampede.config.schema import Config
 from stampede.envs import env_spec, make_vec_env
 from stampede.rundir.files import METRICS_FILE, read_metrics
@@ -229,7 +230,9 @@ def main(argv: list[str] | None = None) -> None:
     r, device = cfg.runtime, cfg.torch_device
     default = f"{r.placement(device)}, {r.resolved_precision(device)}"
     print(
-        f"machine: {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"machine: {cpu_name()} ({platform.machine()}, {cpu_isa()}; torch's CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}) {os.cpu_count()} cores, "
+        f"torch {torch.__version__}, "
         f"device {device}"
         + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
         + f"; env {cfg.env.name} ({cfg.env.backend}), model "

@@ -2,6 +2,11 @@
 (a subprocess in a directory of its own, one run directory per test).
 
 Tests import these with ``from conftest import ...`` (``tests/`` is on pytest's ``pythonpath``).
+
+Exact comparisons (``torch.equal``, ``atol=0``, digests) are for one code path run twice. Two
+paths that compute the same value (grad and no grad, batched and unbatched, actor and server) may
+take different CPU kernels, which split their sums by instruction set (oneDNN picks AVX2 or
+AVX-512 kernels by the CPU): those compare with ``assert_close_ulps``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -74,3 +81,16 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.2)
+
+
+FLOAT32_EPS = torch.finfo(torch.float32).eps  # one ulp at 1.0
+
+
+def assert_close_ulps(actual: torch.Tensor, expected: torch.Tensor, ulps: int) -> None:
+    """``actual`` equals ``expected`` to within ``ulps`` float32 ulps of ``expected``'s largest
+    magnitude: the rounding that another order of the same sums can give (each rounding of a
+    sum of terms of that size is at most half an ulp of it). The caller says why the two paths
+    may round differently."""
+    scale = float(expected.detach().abs().max()) if expected.numel() else 0.0
+    atol = ulps * FLOAT32_EPS * max(scale, torch.finfo(torch.float32).tiny)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=atol)

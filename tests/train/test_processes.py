@@ -10,7 +10,7 @@ import torch
 from conftest import ROOT
 
 from stampede.config.compose import load_config
-from stampede.config.runtime import RuntimeConfig, usable_cpus
+from stampede.config.runtime import RuntimeConfig, cpu_isa, usable_cpus
 from stampede.envs import EnvSpec
 from stampede.models import MLP
 from stampede.train import processes
@@ -82,10 +82,12 @@ def test_each_actor_gets_the_tasks_of_its_env_slots() -> None:
 def test_the_layout_line_names_every_process() -> None:
     r = RuntimeConfig(num_actors=3, envs_per_actor=2, batch_size=4, learner_threads=2)
     assert processes.layout(r, CPU) == (
-        "3 actors x 2 envs (1 thread(s) each), inference in each actor on cpu (fp32), "
-        f"learner on cpu (fp32, 2 thread(s)), {usable_cpus()} usable CPUs"
+        f"3 actors x 2 envs (1 thread(s) each), inference in each actor on cpu {cpu_isa()} "
+        f"(fp32), learner on cpu {cpu_isa()} (fp32, 2 thread(s)), {usable_cpus()} usable CPUs"
     )
     central = RuntimeConfig(
         num_actors=3, envs_per_actor=2, batch_size=4, inference="central", inference_threads=2
     )
-    assert "inference central on cpu (fp32, 2 thread(s))" in processes.layout(central, CPU)
+    assert f"inference central on cpu {cpu_isa()} (fp32, 2 thread(s))" in processes.layout(
+        central, CPU
+    )

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from stampede.config.runtime import RuntimeConfig, usable_cpus
+from stampede.config.runtime import RuntimeConfig, cpu_isa, usable_cpus
 from stampede.config.schema import Config
 from stampede.envs import EnvSpec
 from stampede.models import ActorCritic
@@ -114,15 +114,17 @@ def actor_tasks(
 
 def layout(r: RuntimeConfig, device: torch.device) -> str:
     """A rank's processes, e.g. ``14 actors x 8 envs (1 thread(s) each), inference central on
-    cuda (bf16, 1 thread(s)), learner on cuda (bf16, 2 thread(s)), 16 usable CPUs``."""
+    cuda (bf16, 1 thread(s)), learner on cuda (bf16, 2 thread(s)), 16 usable CPUs``; a CPU is
+    named with its instruction set (``cpu avx2``, ``cpu avx512_bf16``)."""
     precision = r.resolved_precision(device)
+    on = f"{device} {cpu_isa()}" if device.type == "cpu" else str(device)
     if r.placement(device) == "central":
-        where = f"central on {device} ({precision}, {r.inference_threads} thread(s))"
+        where = f"central on {on} ({precision}, {r.inference_threads} thread(s))"
     else:
-        where = f"in each actor on {device} (fp32)"
+        where = f"in each actor on {on} (fp32)"
     return (
         f"{r.actors} actors x {r.envs_per_actor} envs ({r.actor_threads} thread(s) each), "
-        f"inference {where}, learner on {device} ({precision}, "
+        f"inference {where}, learner on {on} ({precision}, "
         f"{r.learner_torch_threads} thread(s)), {usable_cpus()} usable CPUs"
         + (", deterministic (actors in lock-step with the learner)" if r.deterministic else "")
     )

@@ -168,6 +168,9 @@ class Trainer:
         torch.use_deterministic_algorithms(r.deterministic)
         previous = {s: signal.signal(s, self._on_signal) for s in _STOP_SIGNALS}
         logger = run_logger(cfg, self.run_dir, self.rank.is_main, self.progress.frames)
+        slow = r.precision_warning(self.device)
+        if slow is not None:
+            log.warning("%s", slow)
         pool = self._start_actors()
         log.info(
             "training %s with %s on %s, rank %d/%d, run dir %s",

@@ -13,9 +13,13 @@ GAME ?= pong
 FRAMES ?= 10000000
 LABEL ?=
 SEEDS ?=
+# make probe: LABEL=<name> ARGS="<overrides>" trains that recipe on every dev game (GAMES_SET, dev5)
+# for FRAMES (3M unless given) in PROBE_ROOT/<label>/<game>, then prints the labels x games table.
+GAMES_SET ?= dev5
+PROBE_ROOT ?= runs/probe
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-isa test-slow test-slurm lint format train bench learn clean
+.PHONY: help install test test-isa test-slow test-slurm lint format train bench learn probe clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[1m%-10s\033[0m %s\n", $$1, $$2}'
@@ -57,6 +61,11 @@ bench: install ## Throughput benchmark: full loop vs env-only and learner-only c
 learn: install ## Learning benchmark: train GAME for FRAMES, write its curve to docs/learning/
 	$(PY) benchmarks/learning.py --game $(GAME) --frames $(FRAMES) $(if $(LABEL),--label $(LABEL)) \
 		$(if $(SEEDS),--seeds $(SEEDS)) -- $(ARGS)
+
+probe: install ## Probe a recipe on the dev set: make probe LABEL=<name> ARGS="<overrides>"
+	$(PY) benchmarks/probe.py $(if $(LABEL),--label $(LABEL),--report-only) --games $(GAMES_SET) \
+		$(if $(filter command line environment,$(origin FRAMES)),--frames $(FRAMES)) \
+		--root $(PROBE_ROOT) -- $(ARGS)
 
 clean: ## Remove caches (keeps .venv, runs/ and multirun/)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

@@ -64,7 +64,7 @@ ARCHIVED = (EPISODES_FILE, EVAL_FILE, CONFIG_FILE)  # what docs/ keeps of a run,
 DIAGNOSTICS_CSV = "diagnostics.csv"  # the medians of its metrics.jsonl per stretch of frames
 
 
-def _train(run_dir: Path, games: list[str], frames: int, overrides: list[str]) -> None:
+def train(run_dir: Path, games: list[str], frames: int, overrides: list[str]) -> None:
     if len(games) == 1:
         env = [f"env.game={games[0]}"]
     else:  # one agent for every game: one policy head over the full action set, PopArt
@@ -97,19 +97,17 @@ def _read_csv(path: Path) -> LearningCurve:
     )
 
 
-def _archive(run_dir: Path, archive: Path, every_frames: int) -> None:
-    """Copy the run's `ARCHIVED` files that exist to ``archive`` and write its diagnostics there
-    (unless ``archive`` is the run itself)."""
-    if run_dir.resolve() == archive.resolve():
+def archive(run_dir: Path, kept: Path, every_frames: int) -> None:
+    """Copy the run's `ARCHIVED` files that exist to ``kept`` and write its diagnostics there
+    (unless ``kept`` is the run itself)."""
+    if run_dir.resolve() == kept.resolve():
         return
-    archive.mkdir(parents=True, exist_ok=True)
+    kept.mkdir(parents=True, exist_ok=True)
     for name in ARCHIVED:
         if (run_dir / name).exists():
-            shutil.copyfile(run_dir / name, archive / name)
+            shutil.copyfile(run_dir / name, kept / name)
     if (run_dir / METRICS_FILE).exists():
-        diagnostics.write_csv(
-            diagnostics.from_run(run_dir, every_frames), archive / DIAGNOSTICS_CSV
-        )
+        diagnostics.write_csv(diagnostics.from_run(run_dir, every_frames), kept / DIAGNOSTICS_CSV)
 
 
 def _print_diagnostics(run_dir: Path, archive: Path, every_frames: int) -> None:
@@ -205,10 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     archives = {k: kept / f"seed{k}" if k else kept for k in runs}
     if not args.report_only:
         for seed, run_dir in runs.items():
-            _train(run_dir, games, args.frames, [*args.overrides, *([f"seed={seed}"] * bool(seed))])
+            train(run_dir, games, args.frames, [*args.overrides, *([f"seed={seed}"] * bool(seed))])
     for seed, run_dir in runs.items():  # once per run, a multi-task run's games together
         if (run_dir / EPISODES_FILE).exists():
-            _archive(run_dir, archives[seed], args.diagnostics_every)
+            archive(run_dir, archives[seed], args.diagnostics_every)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")
     status = 0
     for game in games:

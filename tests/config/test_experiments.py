@@ -19,7 +19,7 @@ import yaml
 from stampede.config.compose import load_config
 from stampede.config.models import ResNetConfig
 from stampede.envs import atari_games
-from stampede.envs.games import ATARI5, CLASSIC5, atari57
+from stampede.envs.games import ATARI5, CLASSIC5, DEV5, atari57
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -61,9 +61,10 @@ def test_experiment_is_global_and_never_says_where_to_run(experiment: str) -> No
 def test_experiment_composes_with_eval_at_end_and_wandb_tags(experiment: str) -> None:
     cfg = load_config(CONF, [f"+experiment={experiment}", "seed=2"])
     assert cfg.name == experiment
-    assert cfg.eval.at_end
-    if experiment == "atari5":  # one group per sweep: the sweep's timestamp follows the name
-        assert re.fullmatch(r"atari5_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", cfg.logger.wandb.group or "")
+    assert cfg.eval.at_end == (experiment != "dev5")  # the dev set's probes compare training
+    if experiment in ("atari5", "dev5"):  # one group per sweep: its timestamp follows the name
+        stamp = r"_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d"
+        assert re.fullmatch(experiment + stamp, cfg.logger.wandb.group or "")
     else:
         assert cfg.logger.wandb.group == experiment
     game = "multitask" if cfg.env.games else cfg.env.game
@@ -139,6 +140,18 @@ def test_atari5_is_aitchison_et_als_five_games_with_the_defaults_for_10m_frames(
     defaults = load_config(CONF, ["env=atari", "env.game=phoenix"])
     assert cfg.total_frames == 10_000_000
     for group in ("env", "model", "vtrace", "optim", "runtime"):  # the defaults, unchanged
+        assert getattr(cfg, group) == getattr(defaults, group)
+
+
+def test_dev5_is_the_dev_set_apart_from_atari5_with_the_defaults_for_3m_frames() -> None:
+    jobs = sweep_jobs("dev5")
+    assert [(job["env.game"], job["seed"]) for job in jobs] == [(g, "1") for g in DEV5]
+    assert DEV5 == ("pong", "breakout", "beam_rider", "space_invaders", "robotank")
+    assert not set(DEV5) & set(ATARI5)  # what is tuned on is never what is reported
+    cfg = load_config(CONF, ["+experiment=dev5", "env.game=robotank"])
+    defaults = load_config(CONF, ["env=atari", "env.game=robotank"])
+    assert cfg.total_frames == 3_000_000
+    for group in ("env", "model", "vtrace", "optim", "runtime"):
         assert getattr(cfg, group) == getattr(defaults, group)
 
 

@@ -10,6 +10,7 @@ from stampede.envs import games as games_module
 from stampede.envs.games import (
     ATARI5,
     CLASSIC5,
+    DEV5,
     IMPALA_SCORES_CSV,
     atari57,
     games,
@@ -28,7 +29,8 @@ def fresh_atari57() -> Iterator[None]:
 def test_each_named_set_is_its_game_list():
     assert games("atari5") == ATARI5
     assert games("classic5") == CLASSIC5
-    assert set(ATARI5) | set(CLASSIC5) <= set(atari57())
+    assert games("dev5") == DEV5
+    assert set(ATARI5) | set(CLASSIC5) | set(DEV5) <= set(atari57())
     assert games("atari57") == atari57()
     assert games("atari57")[:3] == ("alien", "amidar", "assault")
 

@@ -24,6 +24,11 @@ ATARI5: tuple[str, ...] = ("battle_zone", "double_dunk", "name_this_game", "phoe
 # random play within a few million frames: a quick check that a change still learns. Not Atari-5.
 CLASSIC5: tuple[str, ...] = ("beam_rider", "breakout", "pong", "qbert", "space_invaders")
 
+# The dev set on which defaults are chosen (docs/learning.md): dense to sparse rewards, and
+# Robotank, a first-person tank game like Atari-5's BattleZone. Atari-5 is the test set: it is
+# run with the chosen defaults and reported, never tuned on, so the two sets share no game.
+DEV5: tuple[str, ...] = ("pong", "breakout", "beam_rider", "space_invaders", "robotank")
+
 
 def read_data_csv(filename: str) -> list[dict[str, str]]:
     """Rows of a CSV shipped in `stampede/data/`, as dicts keyed by the header.
@@ -65,11 +70,12 @@ GAME_SETS: Mapping[str, Callable[[], tuple[str, ...]]] = {
     "atari57": atari57,
     "atari5": lambda: ATARI5,
     "classic5": lambda: CLASSIC5,
+    "dev5": lambda: DEV5,
 }
 
 
 def games(name: str) -> tuple[str, ...]:
-    """The ALE ids of a named game set (``atari57``, ``atari5``, ``classic5``)."""
+    """The ALE ids of a named game set (``atari57``, ``atari5``, ``classic5``, ``dev5``)."""
     if name not in GAME_SETS:
         raise ValueError(f"unknown game set {name!r}; known: {', '.join(GAME_SETS)}")
     return GAME_SETS[name]()

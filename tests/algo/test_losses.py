@@ -205,6 +205,24 @@ def test_impala_loss_with_zero_costs_is_the_pg_loss(gen):
     assert total.item() == pytest.approx(metrics["loss/pg"])
 
 
+def test_normalised_advantages_use_the_moments_given_else_their_own(gen):
+    inputs = impala_inputs(gen, requires_grad=False)
+    costs = {**COSTS, "baseline_cost": 0.0, "entropy_cost": 0.0, "normalize_advantages": True}
+    _, own, returns = losses.impala_loss(**inputs, **costs)
+    adv = returns.pg_advantages
+    by_hand = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+    pg = losses.policy_gradient_loss(inputs["target_logits"], inputs["actions"], by_hand)
+    assert own["loss/pg"] == pytest.approx(pg.item())
+    # A minibatch normalised with its batch's moments: here a batch with 3x the spread.
+    batch = torch.tensor([adv.mean().item() + 1.0, 3 * adv.std(unbiased=False).item()], dtype=f64)
+    _, given, _ = losses.impala_loss(**inputs, **costs, advantage_moments=batch)
+    scaled = (adv - batch[0]) / (batch[1] + 1e-8)
+    pg = losses.policy_gradient_loss(inputs["target_logits"], inputs["actions"], scaled)
+    assert given["loss/pg"] == pytest.approx(pg.item())
+    assert given["learner/adv_std"] == own["learner/adv_std"]  # diagnostics: before scaling
+    torch.testing.assert_close(losses.moments(adv), torch.stack([adv.mean(), adv.std(False)]))
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [

@@ -8,8 +8,11 @@ import math
 import pytest
 import torch
 
+from stampede.algo.losses import moments
+from stampede.config.checks import ConfigError
 from stampede.config.schema import OptimConfig, VTraceConfig
 from stampede.models import MLP
+from stampede.train import learner as learner_module
 from stampede.train.guard import Undo
 from stampede.train.learner import Learner
 
@@ -88,6 +91,45 @@ def test_minibatches_split_the_trajectories_and_keep_the_arrival_targets(monkeyp
     lrn.update(batch(), frames=0)
     # 2 passes x 3 minibatches of one trajectory each, all with the batch's V-trace targets.
     assert widths == [(1, 1)] * 6
+
+
+@pytest.mark.parametrize("stats", ["minibatch", "batch"])
+def test_minibatches_normalise_with_the_batchs_advantage_moments_if_asked(
+    monkeypatch, stats: str
+) -> None:
+    lrn = learner(epochs=2, minibatches=3)
+    lrn.vtrace = dataclasses.replace(VTRACE, normalize_advantages=True, advantage_stats=stats)
+    given, arrivals = [], []
+    original_loss, original_look = learner_module.impala_loss_stats, lrn._first_look
+
+    def loss_spy(**kwargs):
+        given.append(kwargs["advantage_moments"])
+        return original_loss(**kwargs)
+
+    def look_spy(part):
+        arrivals.append(original_look(part))
+        return arrivals[-1]
+
+    monkeypatch.setattr(learner_module, "impala_loss_stats", loss_spy)
+    monkeypatch.setattr(lrn, "_first_look", look_spy)
+    lrn.update(batch(), frames=0)
+    (arrival,) = arrivals
+    torch.testing.assert_close(arrival.advantage_moments, moments(arrival.returns.pg_advantages))
+    assert given[0] is None  # the first look, over the whole batch
+    steps = given[1:]
+    assert len(steps) == 6
+    if stats == "batch":  # every minibatch step: the whole batch's mean and std
+        assert all(m is arrival.advantage_moments for m in steps)
+    else:
+        assert steps == [None] * 6
+
+
+def test_an_unknown_advantage_stats_names_the_key() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"vtrace.advantage_stats must be one of \('minibatch', 'batch'\), got 'trajectory'",
+    ):
+        VTraceConfig(advantage_stats="trajectory")
 
 
 # ------------------------------------------------------------------ the non-finite guard

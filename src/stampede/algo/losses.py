@@ -158,6 +158,7 @@ def impala_loss_stats(
     pg_rho_bar: float,
     lambda_: float,
     normalize_advantages: bool = False,
+    advantage_moments: Tensor | None = None,
     anchor_logits: Tensor | None = None,
     pg_clip: float = 0.0,
     returns: vtrace.VTraceReturns | None = None,
@@ -181,6 +182,9 @@ def impala_loss_stats(
         normalize_advantages: scale the pg advantages to zero mean and unit std over the batch
             before the policy-gradient loss (not in the paper; PPO's practice). The metrics
             ``learner/adv_*`` describe them before scaling.
+        advantage_moments: [2] the mean and std to normalise with instead of these advantages'
+            own (the whole batch's, when the arguments are one of its minibatches); None: their
+            own.
         anchor_logits, pg_clip: with ``pg_clip > 0``, the policy term is
             `clipped_policy_gradient_loss` around ``anchor_logits`` [T, B, A] (the learner's
             policy when the batch arrived) instead of `policy_gradient_loss`.
@@ -217,8 +221,9 @@ def impala_loss_stats(
     if scale is not None:  # [T, B] each: PopArt's normalised space, (v_s - mu) / sigma - n(x)
         values, targets, advantages = values / scale, targets / scale, advantages / scale
     seen = returns._replace(vs=targets, pg_advantages=advantages)  # what the diagnostics describe
-    if normalize_advantages:  # [T, B] -> zero mean, unit std over the batch
-        advantages = (advantages - advantages.mean()) / (advantages.std(unbiased=False) + 1e-8)
+    if normalize_advantages:  # [T, B] -> zero mean, unit std over the batch (or as given)
+        mean, std = advantage_moments if advantage_moments is not None else moments(advantages)
+        advantages = (advantages - mean) / (std + 1e-8)
     if pg_clip > 0 and anchor_logits is not None:
         pg = clipped_policy_gradient_loss(
             target_logits, anchor_logits, actions, advantages, pg_clip
@@ -231,6 +236,11 @@ def impala_loss_stats(
     terms = torch.stack([pg, baseline, entropy, total, returns.rho_mean, returns.rho_clipped_frac])
     diag = diagnostics(target_logits, behaviour_logits, values, seen, rewards)
     return total, torch.cat([terms.detach(), diag]), returns
+
+
+def moments(advantages: Tensor) -> Tensor:
+    """[2]: the mean and (population) std of ``advantages``, which advantage normalisation uses."""
+    return torch.stack([advantages.mean(), advantages.std(unbiased=False)])
 
 
 def impala_loss(*args: Any, **kwargs: Any) -> tuple[Tensor, dict[str, float], vtrace.VTraceReturns]:

@@ -30,6 +30,9 @@ from stampede.envs import EnvSettings
 # ------------------------------------------------------------------------------------- vtrace
 
 
+ADVANTAGE_STATS = ("minibatch", "batch")
+
+
 @dataclass
 class VTraceConfig:
     """V-trace (paper section 4) and the weights of the three loss terms."""
@@ -42,7 +45,10 @@ class VTraceConfig:
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
     reward_clip: float = 1.0  # rewards clipped to [-reward_clip, reward_clip]; 0 disables clipping
-    normalize_advantages: bool = True  # pg advantages to zero mean, unit std per minibatch
+    normalize_advantages: bool = True  # pg advantages to zero mean, unit std (see next)
+    # whose mean and std normalise them: each minibatch's own, or the whole batch's at arrival
+    # (a minibatch of a sparse game without reward then keeps its small advantages small)
+    advantage_stats: str = "minibatch"
     pg_clip: float = 0.1  # PPO-style ratio clip around the learner's policy at arrival; 0 = off
     popart: bool = False  # per-task value normalisation (Hessel et al. 2019), stampede.algo.popart
     popart_step_size: float = 3e-4  # beta of PopArt's running moments (the paper's)
@@ -58,6 +64,8 @@ class VTraceConfig:
                 f"got rho_bar={self.rho_bar!r} < c_bar={self.c_bar!r}"
             )
         require(0.0 <= self.pg_clip < 1.0, "vtrace.pg_clip", self.pg_clip, "in [0, 1) (0: off)")
+        stats, allowed = self.advantage_stats, f"one of {ADVANTAGE_STATS}"
+        require(stats in ADVANTAGE_STATS, "vtrace.advantage_stats", stats, allowed)
         beta = self.popart_step_size
         require(0.0 < beta <= 1.0, "vtrace.popart_step_size", beta, "in (0, 1]")
         for key in ("baseline_cost", "entropy_cost", "reward_clip"):

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from stampede.algo.losses import impala_loss_stats
+from stampede.algo.losses import impala_loss_stats, moments
 from stampede.algo.optim import build_optimizer, linear_lr
 from stampede.algo.popart import PopArt
 from stampede.config.schema import OptimConfig, VTraceConfig
@@ -188,6 +188,10 @@ class Learner:
         if self.popart is not None:  # normalised outputs -> V; sigma of each loss step's task
             values = self.popart.denormalise(values, task)
             scale = self.popart.scale_and_shift(task[:-1], values.dtype)[0]  # [T, B]
+        # Normalised with the whole batch's advantage moments, or (None) each minibatch's own.
+        batch_moments = (
+            arrival.advantage_moments if arrival and v.advantage_stats == "batch" else None
+        )
         # The loss's T steps: x_t's side and the transition x_t -> x_{t+1}, [T, B] each.
         s = buffers.transitions(
             batch, logits, values, discount=v.discount, reward_clip=v.reward_clip
@@ -207,12 +211,18 @@ class Learner:
             pg_rho_bar=v.pg_rho_bar,
             lambda_=v.lambda_,
             normalize_advantages=v.normalize_advantages,
+            advantage_moments=batch_moments,
             anchor_logits=arrival.pi_logits_t if arrival else None,
             pg_clip=v.pg_clip,
             returns=arrival.returns if arrival else None,
             scale=scale,
         )
-        return loss, (stats, Arrival(s.pi_logits_t.detach(), returns))
+        if arrival is None:  # the batch's first look: its advantages' mean and std
+            advantages = returns.pg_advantages if scale is None else returns.pg_advantages / scale
+            seen = moments(advantages)
+        else:
+            seen = arrival.advantage_moments
+        return loss, (stats, Arrival(s.pi_logits_t.detach(), returns, seen))
 
     def _step(self, stats: Tensor, ok: Tensor, lr: float) -> tuple[Tensor, _Taken]:
         """Clip, then step the optimizer at ``lr``, keeping the step only if it and every step

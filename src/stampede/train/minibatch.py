@@ -14,11 +14,13 @@ from stampede.train import buffers
 
 
 class Arrival(NamedTuple):
-    """The batch as the learner first saw it: its policy logits pi_logits_t [T, B, A] and V-trace
-    returns, kept for the later steps on that batch (``optim.epochs > 1``)."""
+    """The batch as the learner first saw it: its policy logits pi_logits_t [T, B, A], V-trace
+    returns, and the mean and std [2] of its policy-gradient advantages (in PopArt's normalised
+    space where PopArt is on), kept for the later steps on that batch (``optim.epochs > 1``)."""
 
     pi_logits_t: Tensor
     returns: VTraceReturns
+    advantage_moments: Tensor
 
     def columns(self, index: Tensor) -> Arrival:
         """The same for the trajectories ``index`` of the batch ([T, B] -> [T, len(index)])."""
@@ -30,6 +32,7 @@ class Arrival(NamedTuple):
                 pg_advantages=r.pg_advantages.index_select(1, index),
                 log_rhos=r.log_rhos.index_select(1, index),
             ),
+            self.advantage_moments,  # the whole batch's: a minibatch may normalise with them
         )
 
 

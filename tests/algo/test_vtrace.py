@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from conftest import assert_close_ulps
 
 from stampede.algo import vtrace
 
@@ -74,9 +75,17 @@ CLIPS = [
 ]
 
 
+@pytest.fixture(params=["backwards", "at_once"])
+def recursion(request, monkeypatch):
+    """Each way of summing the traces: backwards in time (the CPU's), all at once (CUDA's)."""
+    if request.param == "at_once":  # the CUDA path, on the CPU
+        monkeypatch.setattr(vtrace, "_traces_backwards", vtrace._traces_at_once)
+    return request.param
+
+
 @pytest.mark.parametrize("batch", [1, B])
 @pytest.mark.parametrize(("rho_bar", "c_bar", "pg_rho_bar", "lam"), CLIPS)
-def test_matches_ground_truth_float64(batch, rho_bar, c_bar, pg_rho_bar, lam):
+def test_matches_ground_truth_float64(batch, rho_bar, c_bar, pg_rho_bar, lam, recursion):
     arrays = random_inputs(np.random.default_rng(0), b=batch)
     out = run(arrays, rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar, lambda_=lam)
     vs, adv = ground_truth(*arrays, rho_bar, c_bar, pg_rho_bar, lam)
@@ -87,6 +96,19 @@ def test_matches_ground_truth_float64(batch, rho_bar, c_bar, pg_rho_bar, lam):
     assert out.rho_clipped_frac.item() == pytest.approx((rhos > rho_bar).mean(), abs=1e-12)
     assert out.vs.dtype == torch.float64
     assert out.vs.shape == (T, batch)
+
+
+def test_the_two_recursions_agree_in_float32_within_a_few_ulps():
+    """Horner backwards against products then a sum: different rounding, the same V-trace."""
+    log_rhos, discounts, rewards, values, _ = to_torch(
+        random_inputs(np.random.default_rng(3), t=32, b=8), torch.float32
+    )
+    ratio = log_rhos.exp()
+    delta = ratio.clamp(max=1.0) * (rewards + discounts * values.roll(-1, 0) - values)
+    a = discounts * 0.95 * ratio.clamp(max=1.0)
+    backwards, at_once = vtrace._traces_backwards(delta, a), vtrace._traces_at_once(delta, a)
+    assert_close_ulps(at_once, backwards, ulps=16)
+    assert backwards.abs().max() > 1.0  # traces long enough to differ in rounding at all
 
 
 def test_hand_computed_fixture():

@@ -116,8 +116,6 @@ def from_importance_weights(
     _check_clips(rho_bar, c_bar, pg_rho_bar, lambda_)
     _check_leading("log_rhos", log_rhos, ndim=2)
     _check_time_major(log_rhos, "log_rhos", discounts, rewards, values, bootstrap_value)
-    T = log_rhos.shape[0]
-
     with torch.no_grad():
         log_rhos = log_rhos.detach()  # returned; no_grad alone would hand back the input
         r_t, discount_t, v_t = rewards, discounts, values  # [T, B] each, the paper's names
@@ -128,14 +126,8 @@ def from_importance_weights(
         v_tp1 = torch.cat([v_t[1:], bootstrap_value.unsqueeze(0)], dim=0)
         delta_t = rho_t * (r_t + discount_t * v_tp1 - v_t)
 
-        # Remark 1 backwards in time: vs_minus_v[s] = delta_s + gamma_s c_s vs_minus_v[s + 1].
-        # One fused kernel per step, written in place: on a GPU this loop is launch-bound.
-        vs_minus_v = torch.empty_like(v_t)
-        acc = torch.zeros_like(bootstrap_value)  # [B]: v_T - V(x_T) = 0
-        discount_c_t = discount_t * c_t
-        for s in reversed(range(T)):
-            acc = torch.addcmul(delta_t[s], discount_c_t[s], acc, out=vs_minus_v[s])
-        vs = v_t + vs_minus_v
+        recurse = _traces_at_once if log_rhos.device.type == "cuda" else _traces_backwards
+        vs = v_t + recurse(delta_t, discount_t * c_t)
 
         # [T, B]: v_{t+1}, shifted one step forward in time, bootstrap at t = T - 1.
         vs_tp1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
@@ -145,6 +137,36 @@ def from_importance_weights(
         rho_mean = ratio_t.mean()
         rho_clipped_frac = (ratio_t > rho_bar).to(ratio_t.dtype).mean()
     return VTraceReturns(vs, pg_advantages, log_rhos, rho_mean, rho_clipped_frac)
+
+
+def _traces_backwards(delta_t: Tensor, discount_c_t: Tensor) -> Tensor:
+    """v_s - V(x_s) [T, B] by Remark 1 backwards in time, v_T - V(x_T) = 0:
+    vs_minus_v[s] = delta_s + gamma_s c_s vs_minus_v[s + 1]. One fused kernel per step, written
+    in place: the CPU's path, where T kernels cost less than `_traces_at_once`'s [T, T, B]."""
+    vs_minus_v = torch.empty_like(delta_t)
+    acc = torch.zeros_like(delta_t[0])  # [B]
+    for s in reversed(range(delta_t.shape[0])):
+        acc = torch.addcmul(delta_t[s], discount_c_t[s], acc, out=vs_minus_v[s])
+    return vs_minus_v
+
+
+def _traces_at_once(delta_t: Tensor, discount_c_t: Tensor) -> Tensor:
+    """The same sum in a fixed handful of kernels, whatever T: the GPU's path, where
+    `_traces_backwards`' T launches bound the time (and a CUDA graph would capture them all).
+
+    Unrolled, vs_minus_v[s] = sum_{k >= s} (prod_{s <= i < k} gamma_i c_i) delta_k: a [T, T, B]
+    matrix of trace products times delta. Row s of ``factors`` is 1 up to column s and
+    gamma_{k-1} c_{k-1} at column k > s, so its running product along k is that matrix's row
+    (exact with zeros: an episode's end cuts the trace without dividing by 0); the columns
+    k < s are masked out.
+    """
+    steps = torch.arange(delta_t.shape[0], device=delta_t.device)
+    k_after_s = (steps.unsqueeze(0) > steps.unsqueeze(1)).unsqueeze(-1)  # [T (s), T (k), 1]
+    k_before_s = (steps.unsqueeze(0) < steps.unsqueeze(1)).unsqueeze(-1)
+    a_before_k = torch.cat([torch.ones_like(discount_c_t[:1]), discount_c_t[:-1]])  # [T, B]
+    factors = torch.where(k_after_s, a_before_k.unsqueeze(0), 1.0)  # [T, T, B]
+    traces = torch.cumprod(factors, dim=1).masked_fill(k_before_s, 0.0)
+    return torch.einsum("skb,kb->sb", traces, delta_t)
 
 
 def action_log_probs(logits: Tensor, actions: Tensor) -> Tensor:

@@ -7,8 +7,9 @@ line):
 1. env-only ceiling: the same actor processes stepping the same vectorised envs with random
    actions and no model, in environment frames/s (frame skip included);
 2. learner-only ceiling: learner updates/s on synthetic batches of the configured shape, for
-   each precision (``--precisions``), plain and through ``torch.compile`` (``--no-compile``:
-   plain only);
+   each precision (``--precisions``), plain, through ``torch.compile`` (``--no-compile``: not)
+   and with each minibatch step one CUDA graph replay (``runtime.cuda_graph``; ``--graph``, on
+   by default on a CUDA device);
 3. the full loop (actors + learner) in frames/s, from its own metrics after a warm-up, for each
    inference placement (``--placements``: ``runtime.inference=actor|central``) and precision
    (``runtime.precision=fp32|bf16``), side by side, with the time budgets of the learner, the
@@ -18,7 +19,9 @@ line):
 
 then one table, the row of the configured default marked ``*``. Usage: ``python
 benchmarks/throughput.py [--seconds 30] [--placements actor central] [--precisions fp32 bf16]
-[--no-compile] [--no-deterministic] [overrides...]``, e.g. ``device=cuda model=resnet``.
+[--no-compile] [--[no-]graph] [--no-deterministic] [overrides...]``, e.g. ``device=cuda
+model=resnet``. The full loop has the captured learner's rows too (actor placement) with
+``--graph``.
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ def learner_only(cfg: Config, seconds: float) -> tuple[float, float]:
         cfg.total_frames,
         precision=r.resolved_precision(device),
         compile=r.compile,
+        cuda_graph=r.cuda_graph,
     )
     core = [tuple(t.shape) for t in model.initial_state(r.batch_size)]
     batch = {}
@@ -130,7 +134,8 @@ def learner_only(cfg: Config, seconds: float) -> tuple[float, float]:
             value = torch.randn(field.shape)
         batch[name] = value.to(device)
     done = cfg.total_frames  # lr 0 from here on
-    learner.update(batch, done)  # warm-up (and compilation)
+    for _ in range(2 if r.cuda_graph else 1):  # warm-up (compilation; the graph's capture)
+        learner.update(batch, done)
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         learner.update(batch, done)
@@ -212,6 +217,13 @@ def main(argv: list[str] | None = None) -> None:
         help="also the learner-only ceilings through torch.compile (--no-compile: not)",
     )
     parser.add_argument(
+        "--graph",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also the learner-only ceilings and actor-placement full loops with "
+        "runtime.cuda_graph=true (default: on a CUDA device)",
+    )
+    parser.add_argument(
         "--deterministic",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -243,13 +255,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     env_fps = env_only_fps(cfg, args.seconds)
     print(f"{'env-only ceiling:':<34}{env_fps:10,.0f} frames/s", flush=True)
+    graph = device.type == "cuda" if args.graph is None else args.graph
+    modes = [("", [])]  # the learner's step: eager, torch.compile'd, one CUDA graph replay
+    modes += [(", compiled", ["runtime.compile=true"])] * args.compile
+    modes += [(", graph", ["runtime.cuda_graph=true"])] * graph
     learner_fps = {}
     for precision in args.precisions:
-        for compiled in (False, True) if args.compile else (False,):
-            name = precision + (", compiled" if compiled else "")
-            variant = load_config(
-                CONF, [*overrides, f"runtime.precision={precision}", f"runtime.compile={compiled}"]
-            )
+        for suffix, mode in modes:
+            name = precision + suffix
+            variant = load_config(CONF, [*overrides, f"runtime.precision={precision}", *mode])
             updates, learner_fps[name] = learner_only(variant, args.seconds)
             label = f"learner-only ceiling ({name}):"
             print(
@@ -261,6 +275,9 @@ def main(argv: list[str] | None = None) -> None:
         for placement in args.placements
         for precision in args.precisions
     ]
+    if graph:  # the captured learner behind the actor placement
+        graphed = ["runtime.inference=actor", "runtime.cuda_graph=true"]
+        loops += [(f"actor, {p}, graph", f"{p}, graph", graphed) for p in args.precisions]
     if args.deterministic:  # the acting policy in the actors; a metric line every update
         precision = r.resolved_precision(device)
         reproducible = [
@@ -271,7 +288,9 @@ def main(argv: list[str] | None = None) -> None:
         loops.append((f"actor, {precision}, deterministic", precision, reproducible))
     rows = []
     for name, precision, settings in loops:
-        variant = load_config(CONF, [*overrides, *settings, f"runtime.precision={precision}"])
+        variant = load_config(
+            CONF, [*overrides, *settings, f"runtime.precision={precision.split(',')[0]}"]
+        )
         rows.append((name, full_loop(variant, args.seconds)))
         label = f"full loop ({name}):"
         line = f"{label:<34}{rows[-1][1].fps:10,.0f} frames/s"

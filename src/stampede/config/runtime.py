@@ -148,6 +148,7 @@ class RuntimeConfig:
     inference_groups: int = 2  # central: env groups per actor (one steps while one waits)
     precision: str = "auto"  # auto | fp32 | bf16: the network's autocast (see resolved_precision)
     compile: bool = False  # torch.compile the learner's network
+    cuda_graph: bool = False  # each learner minibatch step one CUDA graph (stampede.train.graphed)
     deterministic: bool = False  # bit-identical runs for a seed (lock-step; see the docstring)
 
     def __post_init__(self) -> None:
@@ -191,6 +192,11 @@ class RuntimeConfig:
             self.inference_groups,
             f"between 1 and runtime.envs_per_actor = {self.envs_per_actor}",
         )
+        if self.cuda_graph and self.compile:
+            raise ConfigError(
+                "runtime.cuda_graph=true and runtime.compile=true: choose one (the graph already "
+                "replays the whole step as one launch)"
+            )
         if self.deterministic:
             for key, bad in (("prefetch", True), ("inference", "central")):
                 if getattr(self, key) == bad:

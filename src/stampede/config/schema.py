@@ -238,6 +238,34 @@ class Config:
                 f"batch_size={self.runtime.batch_size}"
             )
 
+        if self.runtime.cuda_graph:
+            self._check_cuda_graph()
+
+    def _check_cuda_graph(self) -> None:
+        """What one CUDA graph per minibatch step cannot hold, named before anything starts."""
+        if self.torch_device.type != "cuda":
+            raise ConfigError(
+                f"runtime.cuda_graph=true needs a CUDA GPU, and device={self.device!r} runs on "
+                f"{self.torch_device.type}; use runtime.cuda_graph=false (or runtime.compile=true)"
+            )
+        refused = {
+            "model.use_lstm=true (the core state)": bool(getattr(self.model, "use_lstm", False)),
+            "vtrace.popart=true (its statistics move between steps)": self.vtrace.popart,
+            "env.games (several tasks)": bool(self.env.games),
+            "optim.tf_style=true (RMSpropTF cannot capture)": (
+                self.optim.name == "rmsprop" and self.optim.tf_style
+            ),
+        }
+        for what, bad in refused.items():
+            if bad:
+                raise ConfigError(f"runtime.cuda_graph=true does not support {what}")
+        if self.runtime.batch_size % self.optim.minibatches:
+            raise ConfigError(
+                f"runtime.cuda_graph=true needs minibatches of one shape: runtime.batch_size="
+                f"{self.runtime.batch_size} is not a multiple of optim.minibatches="
+                f"{self.optim.minibatches}"
+            )
+
     @property
     def search_objective(self) -> Objective:
         """The ``objective`` this run returns to Optuna or PBT (``stampede.search.objective``)."""

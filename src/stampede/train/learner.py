@@ -37,9 +37,11 @@ from torch import Tensor
 from stampede.algo.losses import impala_loss_stats, moments
 from stampede.algo.optim import build_optimizer, linear_lr
 from stampede.algo.popart import PopArt
+from stampede.config.checks import ConfigError
 from stampede.config.schema import OptimConfig, VTraceConfig
 from stampede.models import ActorCritic, ModelOutput, clip_reward, precision_context
 from stampede.train import buffers
+from stampede.train.graphed import GraphedStep
 from stampede.train.guard import GUARDED, STEP_KEYS, NumericalFailure, Undo, nonfinite
 from stampede.train.minibatch import Arrival, batch_tasks, part_of, random_split
 from stampede.train.timing import LEARNER_STAGES, StageClock
@@ -76,6 +78,7 @@ class Learner:
         *,
         precision: str = "fp32",
         compile: bool = False,
+        cuda_graph: bool = False,
         max_nonfinite_updates: int = 0,
     ) -> None:
         if precision not in ("fp32", "bf16"):
@@ -112,6 +115,30 @@ class Learner:
         self.undo_on_device = self.params[0].device.type != "cpu"
         # The learner process's time budget; the runner times the stages outside `update`.
         self.clock = StageClock(LEARNER_STAGES)
+        self.graphed: GraphedStep | None = None
+        if cuda_graph:
+            self.graphed = self._graphed_step()
+
+    def _graphed_step(self) -> GraphedStep:
+        """The minibatch step on fixed buffers (`stampede.train.graphed`); on CUDA its optimizer
+        reads the lr from a device tensor and keeps its state there (``capturable``)."""
+        if self.popart is not None or self.reduce_gradients is not None:
+            raise ConfigError(
+                "runtime.cuda_graph=true supports one rank without vtrace.popart (a graph holds "
+                "neither PopArt's host-side statistics nor the gradient all-reduce)"
+            )
+        device = self.params[0].device
+        if device.type == "cuda":
+            for group in self.optimizer.param_groups:
+                group["lr"] = torch.tensor(float(group["lr"]), device=device)
+                group["capturable"] = True
+
+        def losses(batch: dict[str, Tensor], arrival: Arrival) -> tuple[Tensor, Tensor]:
+            loss, (stats, _) = self._losses(batch, arrival)
+            return loss, stats
+
+        max_norm = self.optim.grad_clip if self.optim.grad_clip > 0 else float("inf")
+        return GraphedStep(losses, self.params, self.optimizer, max_norm)
 
     def update(self, batch: dict[str, Tensor], frames: int) -> dict[str, float]:
         """``optim.epochs`` passes over a batch whose time-major fields are [T + 1, B, ...],
@@ -123,10 +150,12 @@ class Learner:
         the first non-finite one on each is undone on the device (the stages then time the
         launches; the device's time shows in the "optimizer" stage, where the stats are read)."""
         splits, width = self.optim.minibatches, batch["action"].shape[1]
+        lr = linear_lr(self.optim.lr, frames, self.total_frames, self.optim.anneal_lr)
+        if self.graphed is not None and self.optimizer.state:  # after a first, eager update
+            return self._graphed_update(batch, lr)
         # Every minibatch needs the whole batch's V-trace, computed once; PopArt moves its
         # statistics towards those targets before any step.
         arrival = self._first_look(batch) if splits > 1 or self.popart is not None else None
-        lr = linear_lr(self.optim.lr, frames, self.total_frames, self.optim.anneal_lr)
         device = self.params[0].device
         ok = torch.ones((), dtype=torch.bool, device=device)  # every step so far was finite
         taken: list[_Taken] = []
@@ -142,6 +171,29 @@ class Learner:
                 taken.append(step)
                 if step.skipped:  # known on the host: the rest of the update is skipped too
                     return self._finish(taken, lr)
+        return self._finish(taken, lr)
+
+    def _graphed_update(self, batch: dict[str, Tensor], lr: float) -> dict[str, float]:
+        """`update` with each minibatch step one `GraphedStep` run (a CUDA graph replay): the
+        batch's first look, then each step's minibatch copied into the step's fixed buffers.
+        From the update's first non-finite step on, the steps are undone inside the step; the
+        update's stats are read once, at its end, as in `update`."""
+        assert self.graphed is not None
+        splits, width = self.optim.minibatches, batch["action"].shape[1]
+        arrival = self._first_look(batch)
+        self._set_lr(lr)
+        self.graphed.start_update()
+        taken: list[_Taken] = []
+        for _ in range(self.optim.epochs):
+            with self.clock.stage("forward_backward"):
+                parts = (
+                    random_split(width, splits, batch["action"].device) if splits > 1 else (None,)
+                )
+                for columns in parts:
+                    part, part_arrival = part_of(batch, arrival, columns)
+                    assert part_arrival is not None  # the first look's, never this step's own
+                    self.graphed.load(part, part_arrival)
+                    taken.append(_Taken(self.graphed.run(), None, False))
         return self._finish(taken, lr)
 
     def _first_look(self, batch: dict[str, Tensor]) -> Arrival:
@@ -253,7 +305,10 @@ class Learner:
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            if isinstance(group["lr"], Tensor):  # a CUDA graph's: read where it lies
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
 
     def _finish(self, taken: list[_Taken], lr: float) -> dict[str, float]:
         """Read the update's stats to the host, once; at its first non-finite step (if any) put

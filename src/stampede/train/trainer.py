@@ -80,6 +80,7 @@ class Trainer:
             popart=popart,
             precision=cfg.runtime.resolved_precision(self.device),
             compile=cfg.runtime.compile,
+            cuda_graph=cfg.runtime.cuda_graph,
             max_nonfinite_updates=cfg.runtime.max_nonfinite_updates,
         )
         self._loop_started = time.monotonic()

@@ -276,9 +276,13 @@ def _compute_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def precision_context(precision: str, device: torch.device) -> AbstractContextManager[Any]:
+def precision_context(
+    precision: str, device: torch.device, cache: bool = True
+) -> AbstractContextManager[Any]:
     """The context a network's forward runs in at ``runtime.precision``: bf16 autocast on
-    ``device``'s type, or none for fp32 (the learner's and the inference server's forward)."""
+    ``device``'s type, or none for fp32 (the learner's and the inference server's forward).
+    ``cache=False``: autocast keeps no casts of the weights between calls, as a CUDA graph's
+    capture needs (the weights' bf16 copies are then part of the recorded step)."""
     if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
     return nullcontext()

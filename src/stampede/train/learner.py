@@ -225,7 +225,8 @@ class Learner:
         """The IMPALA loss of a batch and its stats, policy logits and V-trace returns."""
         v, task = self.vtrace, batch_tasks(batch)
         # The network over all T + 1 steps of the batch, with its inputs at each x_t as stored.
-        with precision_context(self.precision, self.params[0].device):
+        cache = self.graphed is None  # a graph's capture records the casts, not a cache
+        with precision_context(self.precision, self.params[0].device, cache):
             out = self._forward(
                 batch["obs"],
                 batch["last_action"],

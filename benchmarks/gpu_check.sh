@@ -58,7 +58,7 @@ print(f"GPU utilisation mean {sum(values) / len(values):.0f}%, max {max(values):
 EOF
 }
 
-timeout "$(cap 100)" "$PY" -m pytest -m gpu -p no:cacheprovider -q tests > "$DIR/tests.log" 2>&1
+timeout "$(cap 90)" "$PY" -m pytest -m gpu -p no:cacheprovider -q tests > "$DIR/tests.log" 2>&1
 tests_rc=$?
 echo "CUDA tests: exit $tests_rc: $(tail -n 1 "$DIR/tests.log")"
 
@@ -73,10 +73,10 @@ bench() {  # bench <model> <cap>: the learner's three modes, two precisions; the
 }
 
 bench_rc=0
-bench nature 170 || bench_rc=1
+bench nature 150 || bench_rc=1
 
 learn_start=$(date +%s)
-learn_cap=$(cap 240)
+learn_cap=$(cap 270)
 timeout "$learn_cap" "$PY" run.py env=atari env.game=pong device=cuda runtime.cuda_graph=true \
     total_frames="$LEARN_FRAMES" hydra.run.dir="$DIR/pong" logger.progress=false \
     logger.wandb.mode=disabled > "$DIR/learn.log" 2>&1

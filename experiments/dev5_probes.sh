@@ -20,3 +20,4 @@ probe defaults
 probe lr2.5e-4 optim.lr=0.00025
 probe advbatch vtrace.advantage_stats=batch
 probe lr5e-4 optim.lr=0.0005
+probe retscale vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003

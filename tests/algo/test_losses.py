@@ -223,6 +223,13 @@ def test_normalised_advantages_use_the_moments_given_else_their_own(gen):
     torch.testing.assert_close(losses.moments(adv), torch.stack([adv.mean(), adv.std(False)]))
 
 
+def test_the_return_range_scales_down_a_wide_spread_and_never_up():
+    targets = torch.arange(101, dtype=f64).reshape(1, 101) / 10  # 0.0 ... 10.0: P5 0.5, P95 9.5
+    torch.testing.assert_close(losses.return_range(targets), torch.tensor([0.0, 9.0], dtype=f64))
+    narrow = targets / 100  # a spread of 0.09: advantages keep their size
+    torch.testing.assert_close(losses.return_range(narrow), torch.tensor([0.0, 1.0], dtype=f64))
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [

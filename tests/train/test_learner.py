@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from stampede.algo.losses import moments
+from stampede.algo.losses import moments, return_range
 from stampede.config.checks import ConfigError
 from stampede.config.schema import OptimConfig, VTraceConfig
 from stampede.models import MLP
@@ -93,7 +93,7 @@ def test_minibatches_split_the_trajectories_and_keep_the_arrival_targets(monkeyp
     assert widths == [(1, 1)] * 6
 
 
-@pytest.mark.parametrize("stats", ["minibatch", "batch"])
+@pytest.mark.parametrize("stats", ["minibatch", "batch", "returns"])
 def test_minibatches_normalise_with_the_batchs_advantage_moments_if_asked(
     monkeypatch, stats: str
 ) -> None:
@@ -114,20 +114,50 @@ def test_minibatches_normalise_with_the_batchs_advantage_moments_if_asked(
     monkeypatch.setattr(lrn, "_first_look", look_spy)
     lrn.update(batch(), frames=0)
     (arrival,) = arrivals
-    torch.testing.assert_close(arrival.advantage_moments, moments(arrival.returns.pg_advantages))
+    kept = (
+        return_range(arrival.returns.vs)
+        if stats == "returns"
+        else moments(arrival.returns.pg_advantages)
+    )
+    torch.testing.assert_close(arrival.advantage_moments, kept)
     assert given[0] is None  # the first look, over the whole batch
     steps = given[1:]
     assert len(steps) == 6
-    if stats == "batch":  # every minibatch step: the whole batch's mean and std
-        assert all(m is arrival.advantage_moments for m in steps)
-    else:
+    if stats == "minibatch":
         assert steps == [None] * 6
+    else:  # every minibatch step: what the whole batch's first look kept
+        assert all(m is arrival.advantage_moments for m in steps)
+
+
+def test_a_return_range_is_the_whole_batchs_in_one_minibatch_too(monkeypatch) -> None:
+    lrn = learner(epochs=1, minibatches=1)
+    lrn.vtrace = dataclasses.replace(VTRACE, normalize_advantages=True, advantage_stats="returns")
+    given = []
+    original_loss = learner_module.impala_loss_stats
+
+    def loss_spy(**kwargs):
+        given.append(kwargs["advantage_moments"])
+        return original_loss(**kwargs)
+
+    monkeypatch.setattr(learner_module, "impala_loss_stats", loss_spy)
+    lrn.update(batch(), frames=0)
+    first_look, step = given
+    assert first_look is None
+    assert step is not None
+    assert step[0] == 0.0  # returns are scaled, not shifted
+    assert step[1] >= 1.0
+
+
+def test_advantage_stats_without_normalised_advantages_is_refused() -> None:
+    with pytest.raises(ConfigError, match="advantage_stats='returns' scales the advantages only"):
+        VTraceConfig(normalize_advantages=False, advantage_stats="returns")
 
 
 def test_an_unknown_advantage_stats_names_the_key() -> None:
     with pytest.raises(
         ConfigError,
-        match=r"vtrace.advantage_stats must be one of \('minibatch', 'batch'\), got 'trajectory'",
+        match=r"vtrace.advantage_stats must be one of \('minibatch', 'batch', 'returns'\), "
+        r"got 'trajectory'",
     ):
         VTraceConfig(advantage_stats="trajectory")
 

@@ -182,9 +182,9 @@ def impala_loss_stats(
         normalize_advantages: scale the pg advantages to zero mean and unit std over the batch
             before the policy-gradient loss (not in the paper; PPO's practice). The metrics
             ``learner/adv_*`` describe them before scaling.
-        advantage_moments: [2] the mean and std to normalise with instead of these advantages'
-            own (the whole batch's, when the arguments are one of its minibatches); None: their
-            own.
+        advantage_moments: [2] the shift and scale to normalise with instead of these
+            advantages' own mean and std (the whole batch's moments when the arguments are one
+            of its minibatches, or `return_range`); None: their own.
         anchor_logits, pg_clip: with ``pg_clip > 0``, the policy term is
             `clipped_policy_gradient_loss` around ``anchor_logits`` [T, B, A] (the learner's
             policy when the batch arrived) instead of `policy_gradient_loss`.
@@ -241,6 +241,14 @@ def impala_loss_stats(
 def moments(advantages: Tensor) -> Tensor:
     """[2]: the mean and (population) std of ``advantages``, which advantage normalisation uses."""
     return torch.stack([advantages.mean(), advantages.std(unbiased=False)])
+
+
+def return_range(targets: Tensor, low: float = 0.05, high: float = 0.95) -> Tensor:
+    """[2]: 0 and max(1, P95 - P5) of the value targets, the (shift, scale) with which DreamerV3
+    (Hafner et al. 2023, arXiv 2301.04104) normalises returns: advantages of a game whose
+    returns span less than 1 are not scaled up, those of one that spans more are scaled down."""
+    spread = torch.quantile(targets.flatten(), high) - torch.quantile(targets.flatten(), low)
+    return torch.stack([torch.zeros_like(spread), spread.clamp(min=1.0)])
 
 
 def impala_loss(*args: Any, **kwargs: Any) -> tuple[Tensor, dict[str, float], vtrace.VTraceReturns]:

@@ -30,7 +30,7 @@ from stampede.envs import EnvSettings
 # ------------------------------------------------------------------------------------- vtrace
 
 
-ADVANTAGE_STATS = ("minibatch", "batch")
+ADVANTAGE_STATS = ("minibatch", "batch", "returns")
 
 
 @dataclass
@@ -45,9 +45,11 @@ class VTraceConfig:
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
     reward_clip: float = 1.0  # rewards clipped to [-reward_clip, reward_clip]; 0 disables clipping
-    normalize_advantages: bool = True  # pg advantages to zero mean, unit std (see next)
-    # whose mean and std normalise them: each minibatch's own, or the whole batch's at arrival
-    # (a minibatch of a sparse game without reward then keeps its small advantages small)
+    normalize_advantages: bool = True  # pg advantages scaled as advantage_stats says
+    # minibatch: zero mean, unit std over each minibatch; batch: the same with the whole batch's
+    # mean and std at arrival (a minibatch of a sparse game without reward keeps its small
+    # advantages small); returns: divided by max(1, P95 - P5) of the batch's V-trace targets, as
+    # DreamerV3 scales its returns (small advantages are never scaled up)
     advantage_stats: str = "minibatch"
     pg_clip: float = 0.1  # PPO-style ratio clip around the learner's policy at arrival; 0 = off
     popart: bool = False  # per-task value normalisation (Hessel et al. 2019), stampede.algo.popart
@@ -66,6 +68,11 @@ class VTraceConfig:
         require(0.0 <= self.pg_clip < 1.0, "vtrace.pg_clip", self.pg_clip, "in [0, 1) (0: off)")
         stats, allowed = self.advantage_stats, f"one of {ADVANTAGE_STATS}"
         require(stats in ADVANTAGE_STATS, "vtrace.advantage_stats", stats, allowed)
+        if stats != "minibatch" and not self.normalize_advantages:
+            raise ConfigError(
+                f"vtrace.advantage_stats={stats!r} scales the advantages only with "
+                f"vtrace.normalize_advantages=true (it is false)"
+            )
         beta = self.popart_step_size
         require(0.0 < beta <= 1.0, "vtrace.popart_step_size", beta, "in (0, 1]")
         for key in ("baseline_cost", "entropy_cost", "reward_clip"):

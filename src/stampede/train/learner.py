@@ -34,7 +34,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from stampede.algo.losses import impala_loss_stats, moments
+from stampede.algo.losses import impala_loss_stats, moments, return_range
 from stampede.algo.optim import build_optimizer, linear_lr
 from stampede.algo.popart import PopArt
 from stampede.config.checks import ConfigError
@@ -155,7 +155,9 @@ class Learner:
             return self._graphed_update(batch, lr)
         # Every minibatch needs the whole batch's V-trace, computed once; PopArt moves its
         # statistics towards those targets before any step.
-        arrival = self._first_look(batch) if splits > 1 or self.popart is not None else None
+        # A return range is the whole batch's even in one minibatch.
+        whole = splits > 1 or self.popart is not None or self.vtrace.advantage_stats == "returns"
+        arrival = self._first_look(batch) if whole else None
         device = self.params[0].device
         ok = torch.ones((), dtype=torch.bool, device=device)  # every step so far was finite
         taken: list[_Taken] = []
@@ -241,9 +243,9 @@ class Learner:
         if self.popart is not None:  # normalised outputs -> V; sigma of each loss step's task
             values = self.popart.denormalise(values, task)
             scale = self.popart.scale_and_shift(task[:-1], values.dtype)[0]  # [T, B]
-        # Normalised with the whole batch's advantage moments, or (None) each minibatch's own.
+        # Normalised with what the batch's first look kept, or (None) each minibatch's own.
         batch_moments = (
-            arrival.advantage_moments if arrival and v.advantage_stats == "batch" else None
+            arrival.advantage_moments if arrival and v.advantage_stats != "minibatch" else None
         )
         # The loss's T steps: x_t's side and the transition x_t -> x_{t+1}, [T, B] each.
         s = buffers.transitions(
@@ -270,9 +272,11 @@ class Learner:
             returns=arrival.returns if arrival else None,
             scale=scale,
         )
-        if arrival is None:  # the batch's first look: its advantages' mean and std
-            advantages = returns.pg_advantages if scale is None else returns.pg_advantages / scale
-            seen = moments(advantages)
+        if arrival is None:  # the batch's first look: what its advantages are normalised with
+            pg, vs = returns.pg_advantages, returns.vs
+            if scale is not None:
+                pg, vs = pg / scale, vs / scale
+            seen = return_range(vs) if v.advantage_stats == "returns" else moments(pg)
         else:
             seen = arrival.advantage_moments
         return loss, (stats, Arrival(s.pi_logits_t.detach(), returns, seen))

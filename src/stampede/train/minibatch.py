@@ -15,8 +15,9 @@ from stampede.train import buffers
 
 class Arrival(NamedTuple):
     """The batch as the learner first saw it: its policy logits pi_logits_t [T, B, A], V-trace
-    returns, and the mean and std [2] of its policy-gradient advantages (in PopArt's normalised
-    space where PopArt is on), kept for the later steps on that batch (``optim.epochs > 1``)."""
+    returns, and the shift and scale [2] its advantages are normalised with (their mean and std,
+    or the targets' `stampede.algo.losses.return_range`; in PopArt's normalised space where
+    PopArt is on), kept for the later steps on that batch (``optim.epochs > 1``)."""
 
     pi_logits_t: Tensor
     returns: VTraceReturns

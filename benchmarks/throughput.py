@@ -270,32 +270,41 @@ def main(argv: list[str] | None = None) -> None:
                 f"{label:<34}{learner_fps[name]:10,.0f} frames/s ({updates:.2f} updates/s)",
                 flush=True,
             )
+    # (row name, the learner-only row it is compared with, its overrides)
     loops = [
-        (f"{placement}, {precision}", precision, [f"runtime.inference={placement}"])
+        (
+            f"{placement}, {precision}",
+            precision,
+            [f"runtime.inference={placement}", f"runtime.precision={precision}"],
+        )
         for placement in args.placements
         for precision in args.precisions
     ]
     if graph:  # the captured learner behind the actor placement
-        graphed = ["runtime.inference=actor", "runtime.cuda_graph=true"]
-        loops += [(f"actor, {p}, graph", f"{p}, graph", graphed) for p in args.precisions]
+        for p in args.precisions:
+            graphed = [
+                "runtime.inference=actor",
+                "runtime.cuda_graph=true",
+                f"runtime.precision={p}",
+            ]
+            loops.append((f"actor, {p}, graph", f"{p}, graph", graphed))
     if args.deterministic:  # the acting policy in the actors; a metric line every update
         precision = r.resolved_precision(device)
         reproducible = [
             "runtime.inference=actor",
             "runtime.deterministic=true",
             "logger.interval_updates=1",
+            f"runtime.precision={precision}",
         ]
         loops.append((f"actor, {precision}, deterministic", precision, reproducible))
     rows = []
-    for name, precision, settings in loops:
-        variant = load_config(
-            CONF, [*overrides, *settings, f"runtime.precision={precision.split(',')[0]}"]
-        )
+    for name, learner_row, settings in loops:
+        variant = load_config(CONF, [*overrides, *settings])
         rows.append((name, full_loop(variant, args.seconds)))
         label = f"full loop ({name}):"
         line = f"{label:<34}{rows[-1][1].fps:10,.0f} frames/s"
-        if precision in learner_fps:
-            ideal = 1.0 / (1.0 / env_fps + 1.0 / learner_fps[precision])
+        if learner_row in learner_fps:
+            ideal = 1.0 / (1.0 / env_fps + 1.0 / learner_fps[learner_row])
             line += f" ({rows[-1][1].fps / ideal:.0%} of 1/(1/env + 1/learner) = {ideal:,.0f})"
         print(line, flush=True)
     print("\nfull loop, frames/s and mean time fractions (L learner, A actors, S server):")

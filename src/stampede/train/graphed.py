@@ -143,7 +143,6 @@ class GraphedStep:
                 if isinstance(value, Tensor) and value.device != device:
                     state[key] = value.to(device)
 
-    def start_update(self) -> Tensor:
+    def start_update(self) -> None:
         """A new update: every step so far finite (the flag the steps of the update share)."""
         self.ok.fill_(True)
-        return self.ok

@@ -9,7 +9,8 @@ robotank) and proven on the test set, Atari-5, which is never probed (docs/learn
 
 Each game trains ``python run.py env=atari env.game=<game> total_frames=<frames> seed=<seed>
 <overrides>`` in the fixed run directory ``<root>/<label>/<game>``, one game after the other, so
-the same command resumes a probe that was stopped and only reports a finished one. After each
+the same command resumes a probe that was stopped and only reports a finished one (a game
+stopped short of N, by SIGTERM or Ctrl-C, ends the probe there with exit 1). After each
 game its run is archived as ``make learn`` does (games, config, diagnostics) in
 ``<out>/<label>/<game>`` (``docs/learning/probes`` by default), beside the label's
 ``probe.json`` (frames, seed, overrides); a label names one recipe, and asking it for other
@@ -96,13 +97,17 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             parser.error(str(err))
         for game in game_ids:
-            train(
-                args.root / args.label / game,
-                [game],
-                args.frames,
-                [f"seed={args.seed}", *args.overrides],
-            )
+            run_dir = args.root / args.label / game
+            train(run_dir, [game], args.frames, [f"seed={args.seed}", *args.overrides])
             _archive_label(args.root, args.out, args.label, [game])
+            trained = probe.trained_frames(run_dir)
+            if trained < args.frames:  # stopped (SIGTERM, Ctrl-C): not on to the next game
+                print(
+                    f"probe: {game} stopped at {trained:,.0f} of {args.frames:,} frames; "
+                    f"the same command resumes it",
+                    file=sys.stderr,
+                )
+                return 1
     labels = args.labels or ([args.label] if args.report_only and args.label else None)
     try:
         rows = probe.read_labels(args.out, game_ids, labels, args.root)

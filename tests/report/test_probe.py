@@ -144,3 +144,21 @@ def test_a_label_is_one_recipe_and_bad_games_are_refused_before_training(
     bad = _probe("--label=x", "--games", "dev6", f"--out={archive}", f"--root={tmp_path}")
     assert bad.returncode == 2
     assert "'dev6' is neither a game set (atari57, atari5, classic5, dev5)" in bad.stderr
+
+
+def test_a_stopped_game_stops_the_probe_before_the_next_game(tmp_path: Path, monkeypatch) -> None:
+    """run.py exits 0 when SIGTERM stops it (it resumes later): the probe must not move on."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import probe as probe_command
+
+    trained = []
+
+    def stopped_early(run_dir: Path, games: list[str], frames: int, overrides: list[str]) -> None:
+        trained.append(games[0])
+        _write_run(run_dir, [0.0], 900, 900.0)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"env/frames": 1_000}) + "\n")
+
+    monkeypatch.setattr(probe_command, "train", stopped_early)
+    args = ["--label=t", "--frames=5000", f"--root={tmp_path / 'runs'}", f"--out={tmp_path / 'o'}"]
+    assert probe_command.main([*args, "--games", "pong", "breakout"]) == 1
+    assert trained == ["pong"]

@@ -14,9 +14,11 @@ stopped short of N, by SIGTERM or Ctrl-C, ends the probe there with exit 1). Aft
 game its run is archived as ``make learn`` does (games, config, diagnostics) in
 ``<out>/<label>/<game>`` (``docs/learning/probes`` by default), beside the label's
 ``probe.json`` (frames, seed, overrides); a label names one recipe, and asking it for other
-overrides is refused. Then it prints, and writes to ``<out>/table.md``, the labels x games table
-of `stampede.report.probe`: each game's mean of the last 100 games at N/2 and N frames, the dev
-set's IQM HNS with rliable's interval, and frames per training second.
+overrides is refused. Then it prints the labels x games table of `stampede.report.probe`: each
+game's mean of the last 100 games at N/2 and N frames, the IQM HNS of those games with rliable's
+interval, and frames per training second. ``<out>/table.md`` always gets the table of every label
+on the whole dev set, so a probe of some games first (``--games beam_rider``, a screen) leaves
+the other games' columns as they were.
 """
 
 from __future__ import annotations
@@ -122,9 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         "(rliable, games resampled); frames per training second over all games"
     )
     print(table)
-    if labels is None:  # every label: the table docs/learning.md copies
+    if labels is None:  # every label on the whole dev set: the table docs/learning.md copies
+        dev_ids = games(DEV_SET)
+        if game_ids != dev_ids:  # a probe of some games (a screen) keeps the dev set's table
+            table = probe.markdown(probe.read_labels(args.out, dev_ids, None, args.root), dev_ids)
         (args.out / TABLE_FILE).write_text(table + "\n")
-        print(f"wrote {args.out / TABLE_FILE}")
+        print(f"wrote {args.out / TABLE_FILE} (every label, the dev set's games)")
     return 0
 
 

@@ -1,23 +1,37 @@
 #!/usr/bin/env bash
 # The dev-set probes of issue 37 (docs/learning.md, section 5), one label after the other, alone
-# on the machine's cores: `make probe` for each label below, in this order. Resumable: run it
-# again and each game resumes from its checkpoint; a finished label is only reported. Each
-# label's log goes to PROBE_ROOT/<label>.log, its runs to PROBE_ROOT/<label>/<game>, their
-# archives to docs/learning/probes/<label>/.
+# on the machine's cores. First a screen: each queued label trains BeamRider, the dev game the
+# defaults leave at random play, so each hypothesis shows early whether it moves the game that
+# needs it. Then each label's full probe (`make probe`) trains the other four games; BeamRider's
+# run is the screen's, only reported again. Resumable: run it again and each game resumes from
+# its checkpoint; a finished game is only reported. Each label's log goes to
+# PROBE_ROOT/<label>.log, its runs to PROBE_ROOT/<label>/<game>, their archives to
+# docs/learning/probes/<label>/.
 #
 #   nohup bash experiments/dev5_probes.sh > /dev/null 2>&1 &        # PROBE_ROOT=~/stampede-runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${PROBE_ROOT:-$HOME/stampede-runs}
 mkdir -p "$ROOT"
-probe() {  # probe <label> [overrides...]
-    local label=$1
-    shift
-    .venv/bin/python benchmarks/probe.py --root "$ROOT" --label "$label" -- "$@" \
+LABELS=(
+    "lr2.5e-4 optim.lr=0.00025"
+    "advbatch vtrace.advantage_stats=batch"
+    "lr5e-4 optim.lr=0.0005"
+    "retscale vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003"
+)
+probe() {  # probe <games> <label> [overrides...]
+    local games=$1 label=$2
+    shift 2
+    # shellcheck disable=SC2086  # <games> is a list of words
+    .venv/bin/python benchmarks/probe.py --root "$ROOT" --games $games --label "$label" -- "$@" \
         >> "$ROOT/$label.log" 2>&1
 }
-probe defaults
-probe lr2.5e-4 optim.lr=0.00025
-probe advbatch vtrace.advantage_stats=batch
-probe lr5e-4 optim.lr=0.0005
-probe retscale vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003
+probe dev5 defaults
+for recipe in "${LABELS[@]}"; do
+    # shellcheck disable=SC2086  # a label, then its overrides
+    probe beam_rider $recipe
+done
+for recipe in "${LABELS[@]}"; do
+    # shellcheck disable=SC2086
+    probe dev5 $recipe
+done

@@ -16,8 +16,8 @@ mkdir -p "$ROOT"
 LABELS=(
     "lr2.5e-4 optim.lr=0.00025"
     "advbatch vtrace.advantage_stats=batch"
-    "lr5e-4 optim.lr=0.0005"
     "retscale vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003"
+    "lr5e-4 optim.lr=0.0005"
 )
 probe() {  # probe <games> <label> [overrides...]
     local games=$1 label=$2

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The dev-set probes of issue 37 (docs/learning.md, section 5), one label after the other, alone
-# on the machine's cores. First a screen: each queued label trains BeamRider, the dev game the
+# on the machine's cores. First a screen: each screened label trains BeamRider, the dev game the
 # defaults leave at random play, so each hypothesis shows early whether it moves the game that
-# needs it. Then each label's full probe (`make probe`) trains the other four games; BeamRider's
-# run is the screen's, only reported again. Resumable: run it again and each game resumes from
-# its checkpoint; a finished game is only reported. Each label's log goes to
+# needs it. Then each label that passed the screen has its full probe (`make probe`): the other
+# four games; BeamRider's run is the screen's, only reported again. Resumable: run it again and
+# each game resumes from its checkpoint; a finished game is only reported. Each label's log goes to
 # PROBE_ROOT/<label>.log, its runs to PROBE_ROOT/<label>/<game>, their archives to
 # docs/learning/probes/<label>/.
 #
@@ -13,11 +13,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${PROBE_ROOT:-$HOME/stampede-runs}
 mkdir -p "$ROOT"
-LABELS=(
+# The screen's labels, in order (docs/learning.md, section 5, has their results).
+SCREENS=(
     "lr2.5e-4 optim.lr=0.00025"
     "advbatch vtrace.advantage_stats=batch"
     "retscale vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003"
     "lr5e-4 optim.lr=0.0005"
+    "retscale-lr2.5e-4 vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003 optim.lr=0.00025"
+)
+# The full probes: the labels that moved BeamRider, best first (advbatch left it at random play).
+PROBES=(
+    "retscale vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003"
+    "lr2.5e-4 optim.lr=0.00025"
 )
 probe() {  # probe <games> <label> [overrides...]
     local games=$1 label=$2
@@ -27,11 +34,11 @@ probe() {  # probe <games> <label> [overrides...]
         >> "$ROOT/$label.log" 2>&1
 }
 probe dev5 defaults
-for recipe in "${LABELS[@]}"; do
+for recipe in "${SCREENS[@]}"; do
     # shellcheck disable=SC2086  # a label, then its overrides
     probe beam_rider $recipe
 done
-for recipe in "${LABELS[@]}"; do
+for recipe in "${PROBES[@]}"; do
     # shellcheck disable=SC2086
     probe dev5 $recipe
 done

@@ -13,32 +13,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${PROBE_ROOT:-$HOME/stampede-runs}
 mkdir -p "$ROOT"
+# Each label's recipe, written once: a label names one recipe (probe.py refuses a changed one).
+declare -A RECIPES=(
+    [defaults]=""
+    [lr2.5e-4]="optim.lr=0.00025"
+    [advbatch]="vtrace.advantage_stats=batch"
+    [retscale]="vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003"
+    [lr5e-4]="optim.lr=0.0005"
+    [retscale-lr2.5e-4]="vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003 optim.lr=0.00025"
+)
 # The screen's labels, in order (docs/learning.md, section 5, has their results).
-SCREENS=(
-    "lr2.5e-4 optim.lr=0.00025"
-    "advbatch vtrace.advantage_stats=batch"
-    "retscale vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003"
-    "lr5e-4 optim.lr=0.0005"
-    "retscale-lr2.5e-4 vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003 optim.lr=0.00025"
-)
+SCREENS=(lr2.5e-4 advbatch retscale lr5e-4 retscale-lr2.5e-4)
 # The full probes: the labels that moved BeamRider, best first (advbatch left it at random play).
-PROBES=(
-    "retscale vtrace.advantage_stats=returns vtrace.entropy_cost=0.0003"
-    "lr2.5e-4 optim.lr=0.00025"
-)
-probe() {  # probe <games> <label> [overrides...]
+PROBES=(retscale lr2.5e-4)
+probe() {  # probe <games> <label>: the label's recipe from RECIPES
     local games=$1 label=$2
-    shift 2
-    # shellcheck disable=SC2086  # <games> is a list of words
-    .venv/bin/python benchmarks/probe.py --root "$ROOT" --games $games --label "$label" -- "$@" \
-        >> "$ROOT/$label.log" 2>&1
+    # shellcheck disable=SC2086  # <games> and the recipe are lists of words
+    .venv/bin/python benchmarks/probe.py --root "$ROOT" --games $games --label "$label" \
+        -- ${RECIPES[$label]} >> "$ROOT/$label.log" 2>&1
 }
 probe dev5 defaults
-for recipe in "${SCREENS[@]}"; do
-    # shellcheck disable=SC2086  # a label, then its overrides
-    probe beam_rider $recipe
+for label in "${SCREENS[@]}"; do
+    probe beam_rider "$label"
 done
-for recipe in "${PROBES[@]}"; do
-    # shellcheck disable=SC2086
-    probe dev5 $recipe
+for label in "${PROBES[@]}"; do
+    probe dev5 "$label"
 done

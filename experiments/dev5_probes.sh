@@ -3,7 +3,8 @@
 # on the machine's cores. First a screen: each screened label trains BeamRider, the dev game the
 # defaults leave at random play, so each hypothesis shows early whether it moves the game that
 # needs it. Then each label that passed the screen has its full probe (`make probe`): the other
-# four games; BeamRider's run is the screen's, only reported again. Resumable: run it again and
+# four games; BeamRider's run is the screen's, only reported again. The leading label's gate, Pong
+# at 10M frames on 3 seeds, runs after its full probe. Resumable: run it again and
 # each game resumes from its checkpoint; a finished game is only reported. Each label's log goes to
 # PROBE_ROOT/<label>.log, its runs to PROBE_ROOT/<label>/<game>, their archives to
 # docs/learning/probes/<label>/.
@@ -33,9 +34,17 @@ probe() {  # probe <games> <label>: the label's recipe from RECIPES
         -- ${RECIPES[$label]} >> "$ROOT/$label.log" 2>&1
 }
 probe dev5 defaults
+# The candidate first: retscale passed the screen, so its full probe comes before the rest of it.
+probe dev5 "${PROBES[0]}"
+# Then its gate (docs/learning.md, section 5): Pong at 10M frames on seeds 1, 2 and 3, each at
+# least +17; the curves go to docs/learning/pong_<label>_seed<k>.csv beside the defaults'.
+GATE=${PROBES[0]}
+# shellcheck disable=SC2086  # the recipe is a list of words
+.venv/bin/python benchmarks/learning.py --game pong --frames 10000000 --seeds 3 --label "$GATE" \
+    --run-dir "$ROOT/gate/$GATE/pong" -- ${RECIPES[$GATE]} >> "$ROOT/gate-$GATE.log" 2>&1
 for label in "${SCREENS[@]}"; do
     probe beam_rider "$label"
 done
-for label in "${PROBES[@]}"; do
+for label in "${PROBES[@]:1}"; do
     probe dev5 "$label"
 done

@@ -34,11 +34,11 @@ probe() {  # probe <games> <label>: the label's recipe from RECIPES
         -- ${RECIPES[$label]} >> "$ROOT/$label.log" 2>&1
 }
 probe dev5 defaults
-# The candidate first: retscale passed the screen, so its full probe comes before the rest of it.
-probe dev5 "${PROBES[0]}"
-# Then its gate (docs/learning.md, section 5): Pong at 10M frames on seeds 1, 2 and 3, each at
-# least +17; the curves go to docs/learning/pong_<label>_seed<k>.csv beside the defaults'.
+# The candidate first (the first of PROBES): its full probe, then its gate (docs/learning.md,
+# section 5): Pong at 10M frames on seeds 1, 2 and 3, each at least +17; the curves go to
+# docs/learning/pong_<label>_seed<k>.csv beside the defaults'.
 GATE=${PROBES[0]}
+probe dev5 "$GATE"
 # shellcheck disable=SC2086  # the recipe is a list of words
 .venv/bin/python benchmarks/learning.py --game pong --frames 10000000 --seeds 3 --label "$GATE" \
     --run-dir "$ROOT/gate/$GATE/pong" -- ${RECIPES[$GATE]} >> "$ROOT/gate-$GATE.log" 2>&1

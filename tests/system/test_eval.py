@@ -127,7 +127,8 @@ def test_a_finished_run_started_again_does_not_play_its_final_evaluation_twice(
     tmp_path: Path,
 ) -> None:
     """A relaunched sweep starts its finished runs again: their final evaluation is in eval.json
-    already and is not played again; with other eval settings it is."""
+    already and is not played again, and no actor starts nor a line goes to their logs; with
+    other eval settings the evaluation is played."""
     run_dir = tmp_path / "run"
     command = TRAIN_THEN_EVALUATE
 
@@ -135,11 +136,16 @@ def test_a_finished_run_started_again_does_not_play_its_final_evaluation_twice(
         lines = (run_dir / "eval_history.jsonl").read_text().splitlines()
         return [json.loads(line) for line in lines]
 
-    for _ in range(2):
-        proc = run_py(run_dir, *command, "eval.episodes=2")
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_py(run_dir, *command, "eval.episodes=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = {name: (run_dir / name).read_bytes() for name in ("episodes.jsonl", "metrics.jsonl")}
+    proc = run_py(run_dir, *command, "eval.episodes=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert [row["episodes"] for row in history()] == [2]
-    assert "not played again" in (run_dir / "run.log").read_text()
+    assert {name: (run_dir / name).read_bytes() for name in logs} == logs
+    run_log = (run_dir / "run.log").read_text()
+    assert "is finished (100 of 100 frames, its evaluation done): nothing left" in run_log
+    assert run_log.count("layout: ") == 1, run_log[-3000:]  # the actors started once
     proc = run_py(run_dir, *command, "eval.episodes=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [row["episodes"] for row in history()] == [2, 3]

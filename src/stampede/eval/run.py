@@ -51,13 +51,11 @@ def evaluate_run(
     frames: int,
     checkpoint_path: str | None,
     logger: MetricLogger | None,
-    again: bool = True,
     should_stop: Callable[[], bool] | None = None,
     threads: int = 1,
 ) -> list[Evaluation]:
     """Evaluate ``model`` with the ``cfg.eval`` settings and write ``<run_dir>/eval.json``; one
     evaluation per game of a multi-task run (``env.games``), each in ``<run_dir>/eval/<game>/``.
-    Not ``again`` (none returned) where `evaluated_at` says it was done already.
 
     What the runner calls when training ends (``cfg.eval.at_end``) and every
     ``cfg.eval.every_frames``. eval.json holds the latest evaluation, in the format
@@ -68,9 +66,6 @@ def evaluate_run(
     (`evaluate`). ``should_stop`` (asked before every step) abandons the evaluation with
     `EvalStopped`; the games already evaluated keep their eval.json.
     """
-    if not again and evaluated_at(Path(run_dir), cfg, frames):
-        log.info("eval.json holds the evaluation at %d frames already: not played again", frames)
-        return []
     return [
         _evaluate_game(
             model, cfg, task, Path(run_dir), frames, checkpoint_path, logger, should_stop, threads
@@ -82,7 +77,8 @@ def evaluate_run(
 def evaluated_at(run_dir: Path, cfg: Config, frames: int) -> bool:
     """Whether every game of the run already has an evaluation of the policy at ``frames``
     with the ``cfg.eval`` protocol (episodes, greedy or not) in its eval.json: a finished run
-    started again (a relaunched sweep) need not play its final evaluation twice."""
+    started again (a relaunched sweep) need not play its final evaluation twice
+    (`stampede.train.trainer.Trainer.train`)."""
     for task in range(len(cfg.env.tasks)):
         try:
             record = read_eval(results_dir(run_dir, cfg, task) / EVAL_FILE)

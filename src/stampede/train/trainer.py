@@ -161,6 +161,15 @@ class Trainer:
         """Train to ``total_frames`` and evaluate (``eval.at_end``); return the signal that
         stopped it before the end of both, if one did (a resumed run does what is left)."""
         cfg, r = self.cfg, self.cfg.runtime
+        if self._finished():
+            log.info(
+                "the run in %s is finished (%d of %d frames, its evaluation done): nothing left "
+                "to do",
+                self.run_dir,
+                self.progress.frames,
+                cfg.total_frames,
+            )
+            return None
         if self.progress.torch_rng is None:
             torch.manual_seed(cfg.seed)
         else:  # a resumed run draws what it would have drawn had it not stopped
@@ -196,9 +205,9 @@ class Trainer:
             path = self.save_checkpoint()
             pool.stop()
             try:  # the final evaluation logs its metrics, so it runs before the logger closes
-                if completed and cfg.eval.at_end:  # once: not again on a finished run's restart
+                if completed and cfg.eval.at_end:
                     # The actors have stopped: evaluation has the CPUs to itself.
-                    completed = self._evaluate(path, logger, usable_cpus(), again=False)
+                    completed = self._evaluate(path, logger, usable_cpus())
             finally:
                 logger.close()
                 for s, handler in previous.items():
@@ -218,6 +227,21 @@ class Trainer:
             log.info("handing SIGUSR2 to the job's own handler (requeue)")
             requeue(signal.SIGUSR2, None)
         return None if completed else self.stop_signal
+
+    def _finished(self) -> bool:
+        """Whether the run trained its ``total_frames`` already and, with ``eval.at_end``, has its
+        final evaluation in eval.json: a finished run started again (a relaunched sweep or queue)
+        starts no actor and writes no line to its logs. The same answer on every rank."""
+        from stampede.eval.run import evaluated_at
+
+        cfg, frames = self.cfg, self.progress.frames
+        pending = (
+            cfg.eval.at_end and self.rank.is_main and not evaluated_at(self.run_dir, cfg, frames)
+        )
+        finished = frames >= cfg.total_frames and not pending
+        if self.rank.distributed:  # rank 0 alone knows whether its evaluation is pending
+            finished = not distributed.any_rank(not finished, self.device)
+        return finished
 
     def _loop(self, pool: ActorPool, feed: BatchFeed, logger: MetricLogger) -> None:
         cfg, progress = self.cfg, self.progress
@@ -284,13 +308,10 @@ class Trainer:
         games = self.game_frames.of(tasks) if self.games else None
         logger.write_episodes(self.progress.frames, self.elapsed_s, returns, lengths, games)
 
-    def _evaluate(
-        self, path: Path | None, logger: MetricLogger, threads: int, again: bool = True
-    ) -> bool:
+    def _evaluate(self, path: Path | None, logger: MetricLogger, threads: int) -> bool:
         """Evaluate the learner's policy with ``cfg.eval`` (rank 0) on ``threads`` threads:
-        eval.json in the run dir, ``eval/*`` to every sink of ``logger`` (see `evaluate_run` for
-        ``again``). False where a stop signal came first: the evaluation is abandoned, to be
-        played when the run resumes."""
+        eval.json in the run dir, ``eval/*`` to every sink of ``logger``. False where a stop
+        signal came first: the evaluation is abandoned, to be played when the run resumes."""
         if not self.rank.is_main:
             return True
         from stampede.eval.protocol import EvalStopped
@@ -305,7 +326,6 @@ class Trainer:
                 frames,
                 where,
                 logger,
-                again,
                 should_stop=lambda: self.stop_signal is not None,
                 threads=threads,
             )

@@ -163,11 +163,11 @@ class Trainer:
         cfg, r = self.cfg, self.cfg.runtime
         if self._finished():
             log.info(
-                "the run in %s is finished (%d of %d frames, its evaluation done): nothing left "
-                "to do",
+                "the run in %s is finished (%d of %d frames%s): nothing left to do",
                 self.run_dir,
                 self.progress.frames,
                 cfg.total_frames,
+                ", its evaluation done" if cfg.eval.at_end else "",
             )
             return None
         if self.progress.torch_rng is None:
@@ -235,13 +235,14 @@ class Trainer:
         from stampede.eval.run import evaluated_at
 
         cfg, frames = self.cfg, self.progress.frames
+        if frames < cfg.total_frames:  # every rank resumed the same checkpoint: the same answer
+            return False
         pending = (
             cfg.eval.at_end and self.rank.is_main and not evaluated_at(self.run_dir, cfg, frames)
         )
-        finished = frames >= cfg.total_frames and not pending
         if self.rank.distributed:  # rank 0 alone knows whether its evaluation is pending
-            finished = not distributed.any_rank(not finished, self.device)
-        return finished
+            pending = distributed.any_rank(pending, self.device)
+        return not pending
 
     def _loop(self, pool: ActorPool, feed: BatchFeed, logger: MetricLogger) -> None:
         cfg, progress = self.cfg, self.progress
